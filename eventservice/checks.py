@@ -1,0 +1,39 @@
+"""System checks for configuration mistakes (run by `manage.py check` and at start-up)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Warning, register
+
+
+@register()
+def egress_allowlist_check(app_configs, **kwargs):
+    from execution.egress import parse_allow_rule
+
+    errors = []
+    for entry in settings.EGRESS_ALLOWLIST:
+        try:
+            parse_allow_rule(entry)
+        except ValueError as exc:
+            errors.append(Error(f"EGRESS_ALLOWLIST entry {entry!r} is invalid: {exc}", id="serviceagent.E001"))
+    return errors
+
+
+@register()
+def encryption_keys_check(app_configs, **kwargs):
+    from cryptography.fernet import Fernet
+
+    errors = []
+    for index, key in enumerate(settings.FIELD_ENCRYPTION_KEYS):
+        try:
+            Fernet(key.encode())
+        except ValueError:
+            errors.append(Error(f"FIELD_ENCRYPTION_KEYS entry {index} is not a Fernet key", id="serviceagent.E002"))
+    return errors
+
+
+@register(deploy=True)
+def secret_key_check(app_configs, **kwargs):
+    if settings.SECRET_KEY.startswith("dev-insecure"):
+        return [Warning("SECRET_KEY is the development default; set SECRET_KEY.", id="serviceagent.W001")]
+    return []

@@ -1,0 +1,28 @@
+"""Identifiers and wire-format times shared by every module."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import uuid6
+
+
+def new_id() -> uuid.UUID:
+    """A UUID v7: time-ordered, so newest-first order is id order."""
+    return uuid.UUID(bytes=uuid6.uuid7().bytes)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso_ms(value: datetime | None) -> str | None:
+    """ISO 8601 UTC with milliseconds and Z, the wire format of every time."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def epoch_ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)

@@ -1,0 +1,215 @@
+"""Settings for Service Agent: every knob is an environment variable (see README)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from eventservice.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set")
+    # A development fallback; `manage.py check --deploy` warns about it.
+    SECRET_KEY = "dev-insecure-service-agent-key-change-me-in-production-0123456789"
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    # Our apps first: `workers` hooks django-q2's cluster start.
+    "tenants",
+    "orchestration",
+    "timer",
+    "execution",
+    "outbox",
+    "workers",
+    "eventservice",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_q",
+]
+
+MIDDLEWARE = [
+    "eventservice.middleware.CorrelationIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "eventservice.urls"
+WSGI_APPLICATION = "eventservice.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'event_service.db'}")
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # WAL lets readers run beside the single writer; IMMEDIATE makes every atomic block take
+    # the write lock up front, so two writers queue on busy_timeout instead of deadlocking
+    # on a read-to-write upgrade ("database is locked").
+    DATABASES["default"]["CONN_MAX_AGE"] = 0 if env_bool("SQLITE_CLOSE_CONNECTIONS", False) else None
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": (
+            "PRAGMA journal_mode=WAL;"
+            "PRAGMA synchronous=NORMAL;"
+            "PRAGMA foreign_keys=ON;"
+            "PRAGMA busy_timeout=30000;"
+        ),
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_event_service.db")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+# --- REST API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "eventservice.api.errors.problem_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Service Agent API",
+    "DESCRIPTION": "Define outgoing HTTP service calls, run them now or at a chosen time.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+# Request bodies beyond this size are refused with 413 before parsing.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 512 * 1024, minimum=1024)
+
+# --- Domain ---------------------------------------------------------------------------------
+EXECUTION_TIMEOUT_MS = env_int("EXECUTION_TIMEOUT_MS", 30_000, minimum=1, maximum=120_000)
+# A Running call whose attempt outlived its timeout by this much is finished as Interrupted.
+WATCHDOG_GRACE_MS = env_int("WATCHDOG_GRACE_MS", 15_000, minimum=0)
+RESPONSE_BODY_SNIPPET_BYTES = env_int("RESPONSE_BODY_SNIPPET_BYTES", 4096, minimum=0)
+RESPONSE_BODY_MAX_BYTES = env_int("RESPONSE_BODY_MAX_BYTES", 1024 * 1024, minimum=1024)
+RESPONSE_MAX_HEADERS = env_int("RESPONSE_MAX_HEADERS", 100, minimum=1)
+EGRESS_ALLOWLIST = env_list("EGRESS_ALLOWLIST", [])
+# The built-in mock target lives on this server; its address is allowed by default.
+AGENT_BASE_URL = env_str("AGENT_BASE_URL", "http://127.0.0.1:8000")
+SECRET_HEADER_PATTERNS = env_list(
+    "SECRET_HEADER_PATTERNS",
+    ["authorization", "proxy-authorization", "cookie", "set-cookie", "token", "secret", "key", "password"],
+)
+# Fernet keys for secret header values at rest: first encrypts, all decrypt (rotation).
+FIELD_ENCRYPTION_KEYS = env_list("FIELD_ENCRYPTION_KEYS", [])
+
+# --- Workers --------------------------------------------------------------------------------
+TIMER_POLL_INTERVAL_MS = env_int("TIMER_POLL_INTERVAL_MS", 20, minimum=1, maximum=60_000)
+# Timers due within this horizon are held in the worker's in-memory heap.
+TIMER_HORIZON_MS = env_int("TIMER_HORIZON_MS", 5_000, minimum=100)
+TIMER_BATCH_SIZE = env_int("TIMER_BATCH_SIZE", 500, minimum=1)
+EXECUTION_CONCURRENCY = env_int("EXECUTION_CONCURRENCY", 48, minimum=1, maximum=1024)
+OUTBOX_POLL_INTERVAL_MS = env_int("OUTBOX_POLL_INTERVAL_MS", 50, minimum=1)
+OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500, minimum=1)
+WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 2, minimum=1)
+# A worker session that has not beaten for this long is considered dead.
+WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 10, minimum=2)
+RETENTION_DAYS = env_int("RETENTION_DAYS", 7, minimum=1)
+ENGINE_ENABLED = env_bool("ENGINE_ENABLED", True)
+
+Q_BROKER = env_str("Q_BROKER", "orm")  # "orm" or a redis:// URL
+Q_CLUSTER = {
+    "name": env_str("Q_CLUSTER_NAME", "service-agent"),
+    "workers": env_int("Q_WORKERS", 2, minimum=1),
+    "recycle": 500,
+    # Task timeouts stay generous: an attempt's own deadline bounds the HTTP work.
+    "timeout": 300,
+    "retry": 360,
+    "max_attempts": 3,
+    "ack_failures": True,
+    "poll": 0.05,
+    "guard_cycle": 0.5,
+    "catch_up": False,
+    "save_limit": 1000,
+    "label": "Workers (django-q2)",
+}
+if Q_BROKER == "orm":
+    Q_CLUSTER["orm"] = "default"
+elif Q_BROKER.startswith(("redis://", "rediss://")):
+    Q_CLUSTER["redis"] = Q_BROKER
+else:
+    raise ImproperlyConfigured("Q_BROKER must be 'orm' or a redis:// URL")
+
+# --- Event sinks ----------------------------------------------------------------------------
+NATS_URL = env_str("NATS_URL", "")
+
+# --- Logging --------------------------------------------------------------------------------
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"context": {"()": "eventservice.logging.ContextFilter"}},
+    "formatters": {"json": {"()": "eventservice.logging.JsonFormatter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context"]},
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django_q": {"level": env_str("Q_LOG_LEVEL", "WARNING")},
+        # The event sink logs every published event; quiet it with EVENT_LOG_LEVEL=WARNING.
+        "serviceagent.events": {"level": env_str("EVENT_LOG_LEVEL", "INFO")},
+    },
+}

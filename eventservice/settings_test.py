@@ -1,0 +1,21 @@
+"""Settings for the test suite: the real stack, on a throwaway SQLite file by default."""
+
+import os
+import tempfile
+from pathlib import Path
+
+# Tests reach their own HTTP servers on loopback; egress tests narrow this again.
+os.environ.setdefault("EGRESS_ALLOWLIST", "127.0.0.0/8,::1")
+os.environ.setdefault("DATA_DIR", str(Path(tempfile.gettempdir()) / f"service-agent-tests-{os.getuid()}"))
+os.environ.setdefault("EVENT_LOG_LEVEL", "WARNING")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+from eventservice.settings import *  # noqa: E402,F403
+from eventservice.settings import DATABASES  # noqa: E402
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# In-process tests start the engine themselves; qcluster tests turn it on in the subprocess.
+ENGINE_ENABLED = False
+WATCHDOG_GRACE_MS = 2000
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["DATA_DIR"]) / "test.db")}

@@ -1,0 +1,84 @@
+"""The attempt log: written before the request leaves, completed when it returns."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from execution.outcomes import ErrorKind
+
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+class HttpExecution(models.Model):
+    class State(models.TextChoices):
+        # The row exists and the request may be on the wire.
+        SENDING = "Sending"
+        FINISHED = "Finished"
+        # The worker died while the request may have been sent.
+        INTERRUPTED = "Interrupted"
+
+    execution_id = models.UUIDField(primary_key=True, editable=False)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
+    )
+    service_call = models.ForeignKey(
+        "orchestration.ServiceCall", on_delete=models.CASCADE, db_column="service_call_id",
+        related_name="+",
+    )
+    attempt = models.PositiveSmallIntegerField(default=1)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.SENDING)
+    worker_id = models.CharField(max_length=64, blank=True, default="")
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    request_url = models.CharField(max_length=2048)
+    request_method = models.CharField(max_length=8)
+    request_headers = models.JSONField(default=dict)  # secret values redacted
+    request_body = models.TextField(null=True, blank=True)  # a snippet
+    timeout_ms = models.PositiveIntegerField()
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_headers = models.JSONField(null=True, blank=True)
+    response_body = models.TextField(null=True, blank=True)  # a snippet
+    response_body_truncated = models.BooleanField(default=False)
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    error_kind = models.CharField(max_length=16, choices=ErrorKind.choices, null=True, blank=True)
+    error_message = models.TextField(null=True, blank=True)
+
+    class Meta:
+        db_table = "http_execution_log"
+        ordering = ["started_at"]
+        constraints = [
+            # One attempt per call: inserting the row is the claim to send, so a second
+            # worker racing for the same call fails here and never sends.
+            models.UniqueConstraint(
+                fields=["tenant", "service_call", "attempt"], name="http_execution_log_attempt"
+            ),
+            models.CheckConstraint(
+                condition=Q(request_method__in=METHODS), name="http_execution_log_method_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["Sending", "Finished", "Interrupted"]),
+                name="http_execution_log_state_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(error_kind__isnull=True) | Q(error_kind__in=ErrorKind.values),
+                name="http_execution_log_error_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(state="Sending", finished_at__isnull=True)
+                | (~Q(state="Sending") & Q(finished_at__isnull=False)),
+                name="http_execution_log_finished_at_set",
+            ),
+        ]
+        indexes = [
+            # Crash recovery: attempts still Sending, oldest first.
+            models.Index(
+                fields=["started_at"], condition=Q(state="Sending"), name="http_execution_log_sending"
+            ),
+            # Retention sweeps by age.
+            models.Index(fields=["finished_at"], name="http_execution_log_finished"),
+        ]
+        verbose_name = "HTTP execution"
+
+    def __str__(self) -> str:
+        return f"{self.request_method} {self.request_url} ({self.state})"

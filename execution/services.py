@@ -1,0 +1,123 @@
+"""The attempt log's writes. A row is committed *before* the request goes out, so after a
+crash "no row" means never sent and "row still Sending" means it may have been sent."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from eventservice.ids import new_id, utcnow
+from execution.http import HttpRequest, encode_body
+from execution.models import HttpExecution
+from execution.outcomes import ErrorKind, Outcome
+from orchestration.secrets import redact_headers
+
+REQUEST_BODY_SNIPPET = 4096
+
+
+@dataclass(frozen=True)
+class AttemptOrder:
+    """What to send for one call (plaintext headers, never stored as given)."""
+
+    tenant_id: str
+    service_call_id: uuid.UUID
+    correlation_id: str
+    request: HttpRequest
+
+
+@dataclass(frozen=True)
+class Attempt:
+    execution_id: uuid.UUID
+    order: AttemptOrder
+
+
+def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[Attempt]:
+    """Claim the right to send: insert the attempt rows; returns the ones this caller owns.
+
+    The unique (tenant, call, attempt) constraint makes the insert the claim: a call some
+    other worker already claimed is skipped, so no request is sent twice.
+    """
+    if not orders:
+        return []
+    now = utcnow()
+    rows = []
+    for order in orders:
+        body, headers = encode_body(order.request.body, dict(order.request.headers))
+        rows.append(HttpExecution(
+            execution_id=new_id(), tenant_id=order.tenant_id, service_call_id=order.service_call_id,
+            attempt=1, state=HttpExecution.State.SENDING, worker_id=worker_id, started_at=now,
+            request_url=order.request.url, request_method=order.request.method,
+            request_headers=redact_headers(headers),
+            request_body=body[:REQUEST_BODY_SNIPPET].decode("utf-8", "replace") if body else None,
+            timeout_ms=order.request.timeout_ms,
+        ))
+    with transaction.atomic():
+        HttpExecution.objects.bulk_create(rows, ignore_conflicts=True)
+        owned = set(
+            HttpExecution.objects.filter(execution_id__in=[row.execution_id for row in rows])
+            .values_list("execution_id", flat=True)
+        )
+    return [Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True)
+            if row.execution_id in owned]
+
+
+def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
+    """Record outcomes; an attempt already marked Interrupted keeps that verdict."""
+    if not results:
+        return
+    with transaction.atomic():
+        now = utcnow()
+        for attempt, outcome in results:
+            HttpExecution.objects.filter(
+                execution_id=attempt.execution_id, state=HttpExecution.State.SENDING
+            ).update(**_outcome_fields(outcome), state=HttpExecution.State.FINISHED, finished_at=now)
+
+
+def _outcome_fields(outcome: Outcome) -> dict[str, Any]:
+    return {
+        "response_status": outcome.status,
+        "response_headers": redact_headers(outcome.headers) if outcome.headers else None,
+        "response_body": outcome.body_snippet,
+        "response_body_truncated": outcome.body_truncated,
+        "latency_ms": outcome.latency_ms,
+        "error_kind": outcome.error_kind,
+        "error_message": outcome.error_message,
+    }
+
+
+def attempts_interrupt(*, execution_ids: Sequence[uuid.UUID], reason: str) -> list[uuid.UUID]:
+    """Sending -> Interrupted for attempts whose worker died; returns the ones changed."""
+    changed = []
+    with transaction.atomic():
+        now = utcnow()
+        for execution_id in execution_ids:
+            if HttpExecution.objects.filter(
+                execution_id=execution_id, state=HttpExecution.State.SENDING
+            ).update(
+                state=HttpExecution.State.INTERRUPTED, finished_at=now,
+                error_kind=ErrorKind.INTERRUPTED, error_message=reason,
+            ):
+                changed.append(execution_id)
+    return changed
+
+
+def outcome_of(execution: HttpExecution) -> Outcome:
+    """The recorded outcome of a finished attempt."""
+    if execution.state == HttpExecution.State.INTERRUPTED:
+        return Outcome.failure(ErrorKind.INTERRUPTED, execution.error_message or "interrupted")
+    if execution.error_kind is None:
+        return Outcome(
+            succeeded=True, status=execution.response_status, headers=execution.response_headers or {},
+            body_snippet=execution.response_body, body_truncated=execution.response_body_truncated,
+            latency_ms=execution.latency_ms,
+        )
+    return Outcome(
+        succeeded=False, status=execution.response_status, headers=execution.response_headers or {},
+        body_snippet=execution.response_body, body_truncated=execution.response_body_truncated,
+        latency_ms=execution.latency_ms, error_kind=execution.error_kind,
+        error_message=execution.error_message,
+    )

@@ -1,0 +1,125 @@
+"""Service calls and their tags; orchestration is the only writer of these tables."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from execution.outcomes import ErrorKind
+
+FAVORITE_TAG = "favorite"
+
+
+class ServiceCall(models.Model):
+    class Status(models.TextChoices):
+        SCHEDULED = "Scheduled"
+        RUNNING = "Running"
+        SUCCEEDED = "Succeeded"
+        FAILED = "Failed"
+
+    TERMINAL = (Status.SUCCEEDED, Status.FAILED)
+
+    # A UUID v7 is unique on its own, so it is the Django primary key; the seed's composite
+    # key (tenant_id, service_call_id) is kept as a unique constraint (docs/schema.md).
+    service_call_id = models.UUIDField(primary_key=True, editable=False)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
+    )
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
+    submitted_at = models.DateTimeField()
+    due_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # {method, url, headers, body, timeoutMs}; secret header values are sealed at rest.
+    request_spec = models.JSONField()
+    outcome_meta = models.JSONField(null=True, blank=True)
+    error_kind = models.CharField(max_length=16, choices=ErrorKind.choices, null=True, blank=True)
+    correlation_id = models.CharField(max_length=64)
+    idempotency_key = models.CharField(max_length=200, null=True, blank=True)
+    # SHA-256 of the canonical submission, to tell a replay from a different payload.
+    request_fingerprint = models.CharField(max_length=64, blank=True, default="")
+    rerun_of = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        db_table = "service_calls"
+        ordering = ["-service_call_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "service_call_id"], name="service_calls_tenant_call"
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="service_calls_tenant_idempotency_key",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["Scheduled", "Running", "Succeeded", "Failed"]),
+                name="service_calls_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(error_kind__isnull=True) | Q(error_kind__in=ErrorKind.values),
+                name="service_calls_error_kind_valid",
+            ),
+            # The timestamps follow the status: nothing started while Scheduled, a terminal
+            # call has finished, and only a Failed call carries an error kind.
+            models.CheckConstraint(
+                condition=~Q(status="Scheduled") | Q(started_at__isnull=True, finished_at__isnull=True),
+                name="service_calls_scheduled_not_started",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["Scheduled", "Running"]) | Q(finished_at__isnull=False),
+                name="service_calls_terminal_finished",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="Failed") | Q(error_kind__isnull=True),
+                name="service_calls_error_kind_only_failed",
+            ),
+        ]
+        indexes = [
+            # Status filter of the list: WHERE tenant_id=? AND status IN (...) ORDER BY id DESC.
+            models.Index(
+                fields=["tenant", "status", "-service_call_id"], name="service_calls_tenant_status"
+            ),
+            # dueFrom/dueTo filters of the list.
+            models.Index(fields=["tenant", "due_at"], name="service_calls_tenant_due"),
+            # Watchdog and crash recovery: Running calls by start time.
+            models.Index(
+                fields=["started_at"], condition=Q(status="Running"), name="service_calls_running"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.service_call_id})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in self.TERMINAL
+
+
+class ServiceCallTag(models.Model):
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
+    )
+    service_call = models.ForeignKey(
+        ServiceCall, on_delete=models.CASCADE, db_column="service_call_id", related_name="tag_rows"
+    )
+    tag = models.CharField(max_length=64)
+
+    class Meta:
+        db_table = "service_call_tags"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "service_call", "tag"], name="service_call_tags_unique"
+            ),
+        ]
+        indexes = [
+            # The tag-filtered list: WHERE tenant_id=? AND tag=? ORDER BY service_call_id DESC,
+            # answered from this index alone (seed: idx_service_call_tags_tag).
+            models.Index(
+                fields=["tenant", "tag", "-service_call"], name="service_call_tags_tag"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.tag

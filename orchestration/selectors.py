@@ -1,0 +1,54 @@
+"""Reads of service calls for the API, the dashboard, the admin and the workers."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Prefetch, QuerySet
+
+from eventservice.errors import NotFound
+from orchestration.models import ServiceCall, ServiceCallTag
+
+
+def service_calls_for_tenant(*, tenant_id: str) -> QuerySet[ServiceCall]:
+    """A tenant's calls, newest submitted first (UUID v7 order), with tags prefetched."""
+    return (
+        ServiceCall.objects.filter(tenant_id=tenant_id)
+        .order_by("-service_call_id")
+        .prefetch_related(Prefetch("tag_rows", queryset=ServiceCallTag.objects.order_by("id")))
+    )
+
+
+def service_call_get(*, tenant_id: str, service_call_id: uuid.UUID | str) -> ServiceCall:
+    try:
+        uuid.UUID(str(service_call_id))
+    except ValueError:
+        raise NotFound(f"Service call {service_call_id} not found.") from None
+    call = service_calls_for_tenant(tenant_id=tenant_id).filter(pk=service_call_id).first()
+    if call is None:
+        raise NotFound(f"Service call {service_call_id} not found.")
+    return call
+
+
+def tags_of(call: ServiceCall) -> list[str]:
+    return [row.tag for row in call.tag_rows.all()]
+
+
+def service_calls_running(*, started_before: datetime, limit: int = 500) -> list[ServiceCall]:
+    """Running calls that started before a time (uses service_calls_running)."""
+    return list(
+        ServiceCall.objects.filter(status=ServiceCall.Status.RUNNING, started_at__lt=started_before)
+        .only("service_call_id", "tenant_id", "started_at").order_by("started_at")[:limit]
+    )
+
+
+def status_counts(*, tenant_id: str | None = None) -> dict[str, Any]:
+    from django.db.models import Count
+
+    qs = ServiceCall.objects.all()
+    if tenant_id is not None:
+        qs = qs.filter(tenant_id=tenant_id)
+    counts = dict(qs.values_list("status").annotate(n=Count("pk")).values_list("status", "n"))
+    return {status: counts.get(status, 0) for status in ServiceCall.Status.values}

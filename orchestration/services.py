@@ -1,0 +1,367 @@
+"""State transitions of service calls: the only code that writes service_calls and their tags.
+
+Every transition is a conditional UPDATE inside one transaction with its outbox events, so a
+duplicate message finds zero rows to change, and that is not an error (SPEC §3 rules 2-3).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from eventservice.errors import Conflict, NotFound
+from eventservice.ids import iso_ms, new_id, utcnow
+from execution.outcomes import ErrorKind, Outcome
+from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
+from orchestration.secrets import redact_headers, seal_headers, unseal_headers
+from orchestration.validation import Submission, validate_tags
+from outbox.models import OutboxEvent
+from outbox.services import NewEvent, outbox_append
+from timer.services import timer_register
+
+logger = logging.getLogger(__name__)
+
+EVENT_BODY_SNIPPET = 1024
+
+
+@dataclass(frozen=True)
+class CallKey:
+    tenant_id: str
+    service_call_id: uuid.UUID
+
+
+@dataclass(frozen=True)
+class StartedCall:
+    """A call that just turned Running: what execution needs to perform its attempt."""
+
+    tenant_id: str
+    service_call_id: uuid.UUID
+    correlation_id: str
+    method: str
+    url: str
+    headers: dict[str, str]  # plaintext, for the wire only
+    body: Any
+    timeout_ms: int
+
+    @property
+    def key(self) -> CallKey:
+        return CallKey(self.tenant_id, self.service_call_id)
+
+
+def public_request_spec(spec: dict[str, Any], *, body_limit: int | None = None) -> dict[str, Any]:
+    """The request spec as it may be shown: secret header values redacted."""
+    body = spec.get("body")
+    if body_limit is not None and body is not None:
+        text = body if isinstance(body, str) else json.dumps(body)
+        if len(text) > body_limit:
+            body = text[:body_limit]
+    return {
+        "method": spec["method"],
+        "url": spec["url"],
+        "headers": redact_headers(spec.get("headers")),
+        "body": body,
+        "timeoutMs": spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
+    }
+
+
+def _fingerprint(submission: Submission) -> str:
+    canonical = json.dumps(submission.fingerprint_payload(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _event(call: ServiceCall, type_: str, payload: dict[str, Any], at: datetime, causation_id: str | None = None) -> NewEvent:
+    return NewEvent(
+        tenant_id=call.tenant_id,
+        aggregate_id=call.service_call_id,
+        type=type_,
+        payload={"serviceCallId": str(call.service_call_id), **payload},
+        correlation_id=call.correlation_id,
+        causation_id=causation_id,
+        at=at,
+    )
+
+
+def service_call_submit(
+    *,
+    tenant_id: str,
+    submission: Submission,
+    correlation_id: str,
+    rerun_of: uuid.UUID | None = None,
+    sealed_headers: dict[str, Any] | None = None,
+) -> tuple[ServiceCall, bool]:
+    """Store a call as Scheduled with its tags, events and timer. Returns (call, created).
+
+    A reused idempotency key with the same payload returns the existing call (created=False);
+    with a different payload it raises Conflict.
+    """
+    fingerprint = _fingerprint(submission)
+    if submission.idempotency_key is not None:
+        existing = _idempotent_match(tenant_id, submission.idempotency_key, fingerprint)
+        if existing is not None:
+            return existing, False
+    try:
+        with transaction.atomic():
+            call = _insert_call(
+                tenant_id=tenant_id, submission=submission, correlation_id=correlation_id,
+                fingerprint=fingerprint, rerun_of=rerun_of, sealed_headers=sealed_headers,
+            )
+    except IntegrityError:
+        # Two requests raced with one idempotency key: the other one stored first.
+        if submission.idempotency_key is None:
+            raise
+        existing = _idempotent_match(tenant_id, submission.idempotency_key, fingerprint)
+        if existing is None:
+            raise
+        return existing, False
+    return call, True
+
+
+def _idempotent_match(tenant_id: str, key: str, fingerprint: str) -> ServiceCall | None:
+    existing = ServiceCall.objects.filter(tenant_id=tenant_id, idempotency_key=key).first()
+    if existing is None:
+        return None
+    if existing.request_fingerprint != fingerprint:
+        raise Conflict(
+            f"Idempotency key {key!r} was already used with a different payload "
+            f"(service call {existing.service_call_id})."
+        )
+    return existing
+
+
+def _insert_call(
+    *, tenant_id: str, submission: Submission, correlation_id: str, fingerprint: str,
+    rerun_of: uuid.UUID | None, sealed_headers: dict[str, Any] | None,
+) -> ServiceCall:
+    now = utcnow()
+    due_at = submission.due_at if submission.due_at and submission.due_at > now else now
+    spec = {
+        "method": submission.method,
+        "url": submission.url,
+        "headers": sealed_headers if sealed_headers is not None else seal_headers(submission.headers),
+        "body": submission.body,
+        "timeoutMs": submission.timeout_ms,
+    }
+    call = ServiceCall.objects.create(
+        service_call_id=new_id(),
+        tenant_id=tenant_id,
+        name=submission.name,
+        status=ServiceCall.Status.SCHEDULED,
+        submitted_at=now,
+        due_at=due_at,
+        request_spec=spec,
+        correlation_id=correlation_id,
+        idempotency_key=submission.idempotency_key,
+        request_fingerprint=fingerprint,
+        rerun_of=rerun_of,
+    )
+    ServiceCallTag.objects.bulk_create(
+        [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in submission.tags]
+    )
+    outbox_append(events=[
+        _event(call, OutboxEvent.Type.SUBMITTED, {
+            "name": call.name,
+            "requestSpec": public_request_spec(spec, body_limit=EVENT_BODY_SNIPPET),
+            "submittedAt": iso_ms(now),
+            "dueAt": iso_ms(due_at),
+            "tags": submission.tags,
+            **({"rerunOf": str(rerun_of)} if rerun_of else {}),
+        }, now),
+        _event(call, OutboxEvent.Type.SCHEDULED, {"dueAt": iso_ms(due_at)}, now),
+    ])
+    timer_register(
+        tenant_id=tenant_id, service_call_id=call.service_call_id, due_at=due_at,
+        correlation_id=correlation_id,
+    )
+    if due_at <= now:
+        # Past due: a worker starts it at once instead of waiting for the timer (rule 4).
+        transaction.on_commit(lambda: _enqueue_start(tenant_id, call.service_call_id))
+    return call
+
+
+def _enqueue_start(tenant_id: str, service_call_id: uuid.UUID) -> None:
+    from django_q.tasks import async_task
+
+    try:
+        async_task("workers.tasks.run_due_call", tenant_id, str(service_call_id), q_options={"timeout": 150})
+    except Exception:  # the durable timer still fires it; the enqueue is only a shortcut
+        logger.warning("could not enqueue immediate start", exc_info=True,
+                       extra={"tenantId": tenant_id, "serviceCallId": str(service_call_id)})
+
+
+def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
+    """Scheduled -> Running for the given calls that are due; others are left alone."""
+    if not keys:
+        return []
+    wanted = {key.service_call_id: key.tenant_id for key in keys}
+    with transaction.atomic():
+        now = utcnow()
+        rows = list(
+            ServiceCall.objects.select_for_update(skip_locked=True)
+            .filter(pk__in=list(wanted), status=ServiceCall.Status.SCHEDULED, due_at__lte=now)
+            .only("service_call_id", "tenant_id", "correlation_id", "request_spec")
+        )
+        rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
+        if not rows:
+            return []
+        updated = ServiceCall.objects.filter(
+            pk__in=[row.pk for row in rows], status=ServiceCall.Status.SCHEDULED
+        ).update(status=ServiceCall.Status.RUNNING, started_at=now)
+        if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
+            raise RuntimeError("start raced with another writer")
+        outbox_append(events=[
+            _event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now)}, now) for row in rows
+        ])
+    return [_started(row) for row in rows]
+
+
+def service_call_start(*, tenant_id: str, service_call_id: uuid.UUID) -> StartedCall | None:
+    started = service_calls_start(keys=[CallKey(tenant_id, service_call_id)])
+    return started[0] if started else None
+
+
+def _started(row: ServiceCall) -> StartedCall:
+    spec = row.request_spec
+    return StartedCall(
+        tenant_id=row.tenant_id,
+        service_call_id=row.service_call_id,
+        correlation_id=row.correlation_id,
+        method=spec["method"],
+        url=spec["url"],
+        headers=unseal_headers(spec.get("headers") or {}),
+        body=spec.get("body"),
+        timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
+    )
+
+
+def running_call_for_execution(*, tenant_id: str, service_call_id: uuid.UUID) -> StartedCall | None:
+    """A Running call's request, for a worker that executes it after a crash."""
+    row = ServiceCall.objects.filter(
+        tenant_id=tenant_id, pk=service_call_id, status=ServiceCall.Status.RUNNING
+    ).only("service_call_id", "tenant_id", "correlation_id", "request_spec").first()
+    return _started(row) if row else None
+
+
+def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
+    """Running -> Succeeded | Failed with the outcome; returns how many calls changed."""
+    if not results:
+        return 0
+    changed = 0
+    with transaction.atomic():
+        now = utcnow()
+        events = []
+        correlation = dict(
+            ServiceCall.objects.filter(pk__in=[key.service_call_id for key, _ in results])
+            .values_list("service_call_id", "correlation_id")
+        )
+        for key, outcome in results:
+            status = ServiceCall.Status.SUCCEEDED if outcome.succeeded else ServiceCall.Status.FAILED
+            meta = outcome.as_meta()
+            rows = ServiceCall.objects.filter(
+                pk=key.service_call_id, tenant_id=key.tenant_id, status=ServiceCall.Status.RUNNING
+            ).update(
+                status=status, finished_at=now, outcome_meta=meta,
+                error_kind=None if outcome.succeeded else outcome.error_kind,
+            )
+            if not rows:
+                continue
+            changed += 1
+            call = ServiceCall(
+                service_call_id=key.service_call_id, tenant_id=key.tenant_id,
+                correlation_id=correlation[key.service_call_id],
+            )
+            type_ = OutboxEvent.Type.SUCCEEDED if outcome.succeeded else OutboxEvent.Type.FAILED
+            events.append(_event(call, type_, {"finishedAt": iso_ms(now), **meta}, now))
+        if events:
+            outbox_append(events=events)
+    return changed
+
+
+def service_call_finish(*, tenant_id: str, service_call_id: uuid.UUID, outcome: Outcome) -> bool:
+    return service_calls_finish(results=[(CallKey(tenant_id, service_call_id), outcome)]) == 1
+
+
+def service_call_interrupt(*, tenant_id: str, service_call_id: uuid.UUID, reason: str) -> bool:
+    """Finish a Running call whose request may have been sent: never send it again."""
+    outcome = Outcome.failure(ErrorKind.INTERRUPTED, reason)
+    return service_call_finish(tenant_id=tenant_id, service_call_id=service_call_id, outcome=outcome)
+
+
+def _get(tenant_id: str, service_call_id: uuid.UUID | str) -> ServiceCall:
+    call = ServiceCall.objects.filter(tenant_id=tenant_id, pk=service_call_id).first()
+    if call is None:
+        raise NotFound(f"Service call {service_call_id} not found.")
+    return call
+
+
+def service_call_tags_set(
+    *, tenant_id: str, service_call_id: uuid.UUID | str, tags: list[str], correlation_id: str | None = None
+) -> ServiceCall:
+    """Replace the tag set; appends ServiceCallTagged when anything changed."""
+    tags = validate_tags(tags)
+    with transaction.atomic():
+        call = _get(tenant_id, service_call_id)
+        current = set(
+            ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call=call).values_list("tag", flat=True)
+        )
+        added = [tag for tag in tags if tag not in current]
+        removed = sorted(current - set(tags))
+        if not added and not removed:
+            return call
+        ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call=call, tag__in=removed).delete()
+        ServiceCallTag.objects.bulk_create(
+            [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in added]
+        )
+        now = utcnow()
+        outbox_append(events=[
+            _event(call, OutboxEvent.Type.TAGGED, {"tags": tags, "added": added, "removed": removed}, now,
+                   causation_id=correlation_id),
+        ])
+    return call
+
+
+def service_call_favorite_set(
+    *, tenant_id: str, service_call_id: uuid.UUID | str, favorite: bool, correlation_id: str | None = None
+) -> ServiceCall:
+    """Star or unstar: the star is the reserved tag `favorite`."""
+    current = list(
+        ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call_id=service_call_id)
+        .order_by("id").values_list("tag", flat=True)
+    )
+    if not ServiceCall.objects.filter(tenant_id=tenant_id, pk=service_call_id).exists():
+        raise NotFound(f"Service call {service_call_id} not found.")
+    tags = [tag for tag in current if tag != FAVORITE_TAG] + ([FAVORITE_TAG] if favorite else [])
+    return service_call_tags_set(
+        tenant_id=tenant_id, service_call_id=service_call_id, tags=tags, correlation_id=correlation_id
+    )
+
+
+def service_call_rerun(
+    *, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str
+) -> ServiceCall:
+    """Submit a new call with the same request (new id, due now)."""
+    original = _get(tenant_id, service_call_id)
+    spec = original.request_spec
+    tags = list(
+        ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call=original)
+        .exclude(tag=FAVORITE_TAG).order_by("id").values_list("tag", flat=True)
+    )
+    submission = Submission(
+        name=original.name, method=spec["method"], url=spec["url"],
+        headers={name: "" for name in spec.get("headers") or {}},  # sealed values copied below
+        body=spec.get("body"), timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
+        due_at=None, tags=tags, idempotency_key=None,
+    )
+    call, _ = service_call_submit(
+        tenant_id=tenant_id, submission=submission, correlation_id=correlation_id,
+        rerun_of=original.service_call_id, sealed_headers=dict(spec.get("headers") or {}),
+    )
+    return call

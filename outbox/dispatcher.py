@@ -1,0 +1,103 @@
+"""Publishes outbox rows after commit: in id order per call, one bad row never blocks others.
+
+A dispatcher claims rows with a short lease (conditional update), publishes outside any
+transaction, then marks them published. An aggregate with an unpublished row in backoff or
+claimed by another dispatcher is skipped entirely, which keeps each call's events in order
+while every other call's events flow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import Q
+
+from eventservice.ids import utcnow
+from outbox.models import OutboxEvent
+from outbox.sinks import Sink, configured_sinks
+
+logger = logging.getLogger(__name__)
+
+LEASE = timedelta(seconds=30)
+MAX_BACKOFF_SECONDS = 300
+
+
+def backoff_seconds(attempts: int) -> float:
+    return float(min(MAX_BACKOFF_SECONDS, 2 ** min(attempts, 10)))
+
+
+def _claim(limit: int) -> list[OutboxEvent]:
+    with transaction.atomic():
+        now = utcnow()
+        unpublished = OutboxEvent.objects.filter(published_at__isnull=True)
+        blocked = set(
+            unpublished.filter(Q(next_attempt_at__gt=now) | Q(locked_until__gt=now))
+            .values_list("aggregate_id", flat=True)
+        )
+        candidates = list(
+            unpublished.filter(
+                Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now),
+                Q(locked_until__isnull=True) | Q(locked_until__lte=now),
+            )
+            .select_for_update(skip_locked=True)
+            .order_by("id")[:limit]
+        )
+        claimed = [row for row in candidates if row.aggregate_id not in blocked]
+        if claimed:
+            OutboxEvent.objects.filter(pk__in=[row.pk for row in claimed]).update(locked_until=now + LEASE)
+    return claimed
+
+
+def dispatch_batch(*, limit: int = 500, sinks: Sequence[Sink] | None = None) -> int:
+    """Publish one batch; returns how many events were published."""
+    rows = _claim(limit)
+    if not rows:
+        return 0
+    sinks = configured_sinks() if sinks is None else sinks
+    published: list[int] = []
+    failed: dict[int, str] = {}
+    failed_aggregates: set = set()
+    for row in rows:
+        if row.aggregate_id in failed_aggregates:
+            continue  # keep this call's order: wait behind its failed event
+        try:
+            for sink in sinks:
+                sink.publish([row.event_payload])
+        except Exception as exc:
+            failed[row.pk] = f"{type(exc).__name__}: {exc}"[:1000]
+            failed_aggregates.add(row.aggregate_id)
+            logger.warning("event publication failed", extra={
+                "tenantId": row.tenant_id, "serviceCallId": str(row.aggregate_id), "eventId": str(row.event_id),
+            }, exc_info=True)
+            continue
+        published.append(row.pk)
+    _settle(rows, published, failed)
+    return len(published)
+
+
+def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str]) -> None:
+    with transaction.atomic():
+        now = utcnow()
+        if published:
+            OutboxEvent.objects.filter(pk__in=published).update(published_at=now, locked_until=None)
+        for row in rows:
+            if row.pk in failed:
+                attempts = row.attempts + 1
+                OutboxEvent.objects.filter(pk=row.pk).update(
+                    attempts=attempts, last_error=failed[row.pk], locked_until=None,
+                    next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)),
+                )
+        skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in set(published)]
+        if skipped:
+            OutboxEvent.objects.filter(pk__in=skipped).update(locked_until=None)
+
+
+def outbox_publish_again(*, ids: Sequence[int]) -> int:
+    """Operator action: clear backoff so rows are retried now (published ones go out again)."""
+    with transaction.atomic():
+        return OutboxEvent.objects.filter(pk__in=list(ids)).update(
+            published_at=None, next_attempt_at=None, locked_until=None
+        )

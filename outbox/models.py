@@ -1,0 +1,63 @@
+"""Events appended in the same transaction as the state change they describe."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class OutboxEvent(models.Model):
+    class Type(models.TextChoices):
+        SUBMITTED = "ServiceCallSubmitted"
+        SCHEDULED = "ServiceCallScheduled"
+        RUNNING = "ServiceCallRunning"
+        SUCCEEDED = "ServiceCallSucceeded"
+        FAILED = "ServiceCallFailed"
+        TAGGED = "ServiceCallTagged"
+
+    # Publication order is this sequence, per aggregate and overall.
+    id = models.BigAutoField(primary_key=True)
+    event_id = models.UUIDField(unique=True, editable=False)
+    # No foreign key: the outbox is shared infrastructure and outlives nothing it points to
+    # only by convention; events of a deleted call are swept by retention.
+    tenant_id = models.CharField(max_length=63)
+    aggregate_id = models.UUIDField()
+    event_type = models.CharField(max_length=32, choices=Type.choices)
+    event_payload = models.JSONField()  # the whole envelope (SPEC §6)
+    created_at = models.DateTimeField()
+    published_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    # A dispatcher's claim: rows are published by one dispatcher at a time.
+    locked_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "outbox"
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event_type__in=[
+                    "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning",
+                    "ServiceCallSucceeded", "ServiceCallFailed", "ServiceCallTagged",
+                ]),
+                name="outbox_event_type_valid",
+            ),
+        ]
+        indexes = [
+            # The dispatcher: WHERE published_at IS NULL ORDER BY id.
+            models.Index(fields=["id"], condition=Q(published_at__isnull=True), name="outbox_unpublished"),
+            # A call's events on its details page and in the API.
+            models.Index(fields=["tenant_id", "aggregate_id", "id"], name="outbox_tenant_aggregate"),
+            # The events tail: a tenant's published events after a sequence.
+            models.Index(
+                fields=["tenant_id", "id"], condition=Q(published_at__isnull=False),
+                name="outbox_tenant_published",
+            ),
+            # Retention of published events.
+            models.Index(fields=["published_at"], name="outbox_published_at"),
+        ]
+        verbose_name = "outbox event"
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.event_type} {self.aggregate_id}"

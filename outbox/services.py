@@ -1,0 +1,57 @@
+"""Appending events: call inside the transaction of the state change they describe."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from eventservice.ids import epoch_ms, new_id
+from outbox.models import OutboxEvent
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    tenant_id: str
+    aggregate_id: uuid.UUID
+    type: str
+    payload: dict[str, Any]
+    correlation_id: str
+    at: datetime
+    causation_id: str | None = None
+
+
+def envelope_for(event: NewEvent, event_id: uuid.UUID) -> dict[str, Any]:
+    return {
+        "id": str(event_id),
+        "type": event.type,
+        "tenantId": event.tenant_id,
+        "aggregateId": str(event.aggregate_id),
+        "timestampMs": epoch_ms(event.at),
+        "correlationId": event.correlation_id,
+        "causationId": event.causation_id,
+        "payload": event.payload,
+    }
+
+
+def outbox_append(*, events: list[NewEvent]) -> list[OutboxEvent]:
+    """Append events in order; must run inside the caller's atomic block (SPEC §3 rule 2)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("outbox_append must run inside the state change's transaction")
+    rows = []
+    for event in events:
+        event_id = new_id()
+        rows.append(
+            OutboxEvent(
+                event_id=event_id,
+                tenant_id=event.tenant_id,
+                aggregate_id=event.aggregate_id,
+                event_type=event.type,
+                event_payload=envelope_for(event, event_id),
+                created_at=event.at,
+            )
+        )
+    return OutboxEvent.objects.bulk_create(rows)

@@ -1,0 +1,56 @@
+"""Writes of the tenants module: tenants, memberships, API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from eventservice.errors import NotFound, ValidationFailed
+from tenants.models import ApiKey, Membership, Tenant, tenant_slug_validator
+
+KEY_PREFIX = "sa_"
+
+
+def hash_api_key(raw_key: str) -> str:
+    # Keys carry 256 bits of randomness, so a fast hash is enough (no brute force possible).
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def tenant_create(*, slug: str, name: str = "") -> Tenant:
+    try:
+        tenant_slug_validator(slug)
+    except ValidationError as exc:
+        raise ValidationFailed({"tenant": exc.messages}) from None
+    if Tenant.objects.filter(id=slug).exists():
+        raise ValidationFailed({"tenant": [f"Tenant {slug!r} already exists."]})
+    return Tenant.objects.create(id=slug, name=name or slug)
+
+
+def api_key_create(*, tenant_id: str, label: str = "") -> tuple[ApiKey, str]:
+    """Create a key and return it with the raw key, which is never stored."""
+    if not Tenant.objects.filter(id=tenant_id).exists():
+        raise NotFound(f"Tenant {tenant_id!r} does not exist.")
+    raw = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(
+        tenant_id=tenant_id, label=label[:200], prefix=raw[:10], key_hash=hash_api_key(raw)
+    )
+    return key, raw
+
+
+@transaction.atomic
+def membership_add(*, username: str, tenant_id: str, role: str = Membership.Role.MEMBER) -> Membership:
+    user = get_user_model().objects.filter(username=username).first()
+    if user is None:
+        raise NotFound(f"User {username!r} does not exist.")
+    if not Tenant.objects.filter(id=tenant_id).exists():
+        raise NotFound(f"Tenant {tenant_id!r} does not exist.")
+    if role not in Membership.Role.values:
+        raise ValidationFailed({"role": [f"Role must be one of {', '.join(Membership.Role.values)}."]})
+    membership, _ = Membership.objects.update_or_create(
+        tenant_id=tenant_id, user=user, defaults={"role": role}
+    )
+    return membership

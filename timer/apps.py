@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TimerConfig(AppConfig):
+    name = "timer"
+    verbose_name = "Timers"

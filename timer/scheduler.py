@@ -1,0 +1,150 @@
+"""The near-term scheduler: a heap of timers due soon, fed from the durable table.
+
+The table stays the truth. The heap only holds timers due within the horizon, so the loop can
+sleep until the next one is due and fire it within milliseconds, instead of waiting for a
+poll. Two feeds keep the heap current:
+- every `poll_interval`, timers registered since the last seen id (cheap: a range on the id);
+- every `full_refresh`, all timers due within the horizon (catches anything the incremental
+  feed could miss, e.g. ids committed out of order on PostgreSQL, or a failed fire).
+Firing is at least once: a timer leaves the table's Scheduled state only after `on_due`
+returned, and the receiver of DueTimeReached is idempotent.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from timer.selectors import DueTimer, timer_max_id, timers_due_before
+from timer.services import timers_mark_reached
+
+logger = logging.getLogger(__name__)
+
+OnDue = Callable[[list[DueTimer]], None]
+
+
+class NearTermScheduler:
+    def __init__(
+        self,
+        on_due: OnDue,
+        *,
+        poll_interval: float = 0.02,
+        horizon: float = 5.0,
+        full_refresh: float = 1.0,
+        batch_size: int = 500,
+        on_run: Callable[..., None] | None = None,
+    ) -> None:
+        self.on_due = on_due
+        self.poll_interval = poll_interval
+        self.horizon = horizon
+        self.full_refresh = min(full_refresh, horizon / 2)
+        self.batch_size = batch_size
+        self.on_run = on_run
+        self._heap: list[tuple[float, int, DueTimer]] = []
+        self._known: set[int] = set()
+        # Timers whose on_due failed go back on the heap at a later time (never a tight loop).
+        self._failures: dict[int, int] = {}
+        self._last_id = 0
+        self._next_full = 0.0
+        self._next_poll = 0.0
+
+    # -- feeding ------------------------------------------------------------------------------
+    def _push(self, timers: list[DueTimer]) -> None:
+        for timer in timers:
+            if timer.id in self._known:
+                continue
+            self._known.add(timer.id)
+            heapq.heappush(self._heap, (timer.due_at.timestamp(), timer.id, timer))
+            self._last_id = max(self._last_id, timer.id)
+
+    def refresh(self, *, full: bool) -> None:
+        until = datetime.now(UTC) + timedelta(seconds=self.horizon)
+        if full:
+            # Remember the high-water mark first, so nothing registered meanwhile is skipped.
+            high = timer_max_id()
+            self._push(timers_due_before(until=until, limit=50_000))
+            self._last_id = max(self._last_id, high)
+        else:
+            self._push(timers_due_before(until=until, after_id=self._last_id, limit=50_000))
+
+    # -- firing -------------------------------------------------------------------------------
+    def _pop_due(self, now: float) -> list[DueTimer]:
+        due = []
+        while self._heap and self._heap[0][0] <= now and len(due) < self.batch_size:
+            due.append(heapq.heappop(self._heap)[2])
+        return due
+
+    def fire(self, due: list[DueTimer]) -> None:
+        try:
+            self.on_due(due)
+            done = due
+        except Exception:
+            logger.exception("firing a batch of %d timers failed; retrying one by one", len(due))
+            done = []
+            for timer in due:
+                try:
+                    self.on_due([timer])
+                    done.append(timer)
+                except Exception:
+                    self._set_aside(timer)
+        if done:
+            timers_mark_reached(ids=[timer.id for timer in done])
+            for timer in done:
+                self._known.discard(timer.id)
+                self._failures.pop(timer.id, None)
+
+    def _set_aside(self, timer: DueTimer) -> None:
+        failures = self._failures.get(timer.id, 0) + 1
+        self._failures[timer.id] = failures
+        delay = min(60.0, 0.5 * 2 ** failures)
+        heapq.heappush(self._heap, (time.time() + delay, timer.id, timer))
+        logger.error("timer %s set aside for %.1fs after %d failures", timer.id, delay, failures,
+                     extra={"tenantId": timer.tenant_id, "serviceCallId": str(timer.service_call_id)})
+
+    # -- the loop -----------------------------------------------------------------------------
+    def step(self) -> float:
+        """Do what is due now; return how long the loop may sleep."""
+        now_mono = time.monotonic()
+        if now_mono >= self._next_poll:
+            started = time.monotonic()
+            full = now_mono >= self._next_full
+            before = len(self._known)
+            try:
+                self.refresh(full=full)
+                self._report(started, len(self._known) - before)
+            except Exception as exc:
+                logger.exception("timer refresh failed")
+                self._report(started, 0, exc)
+            if full:
+                self._next_full = now_mono + self.full_refresh
+            self._next_poll = now_mono + self.poll_interval
+        while True:
+            due = self._pop_due(time.time())
+            if not due:
+                break
+            started = time.monotonic()
+            try:
+                self.fire(due)
+                self._report(started, len(due))
+            except Exception as exc:  # marking reached failed: the table still says Scheduled
+                logger.exception("marking timers reached failed")
+                self._report(started, 0, exc)
+                for timer in due:
+                    self._known.discard(timer.id)
+        next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
+        return max(0.0, min(next_due, self._next_poll - time.monotonic()))
+
+    def _report(self, started: float, items: int, error: BaseException | None = None) -> None:
+        if self.on_run is not None and (items or error):
+            self.on_run("timer", started=started, items=items, error=error)
+
+    def run(self, stop: threading.Event) -> None:
+        self._last_id = 0
+        while not stop.is_set():
+            pause = self.step()
+            if pause > 0:
+                stop.wait(pause)

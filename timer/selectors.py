@@ -1,0 +1,49 @@
+"""Reads of the timer table for the worker's near-term heap."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from timer.models import TimerSchedule
+
+
+@dataclass(frozen=True)
+class DueTimer:
+    id: int
+    tenant_id: str
+    service_call_id: Any
+    due_at: datetime
+    correlation_id: str
+
+
+_FIELDS = ("id", "tenant_id", "service_call_id", "due_at", "correlation_id")
+
+
+def timers_due_before(*, until: datetime, after_id: int = 0, limit: int = 1000) -> list[DueTimer]:
+    """Scheduled timers due at or before `until`, oldest due first.
+
+    With after_id, only timers registered after that sequence (the incremental feed).
+    Uses timer_schedules_pending (partial on state='Scheduled').
+    """
+    qs = TimerSchedule.objects.filter(state=TimerSchedule.State.SCHEDULED, due_at__lte=until)
+    if after_id:
+        qs = qs.filter(id__gt=after_id)
+    return [DueTimer(*row) for row in qs.order_by("due_at").values_list(*_FIELDS)[:limit]]
+
+
+def timer_max_id() -> int:
+    last = TimerSchedule.objects.order_by("-id").values_list("id", flat=True).first()
+    return last or 0
+
+
+def timers_backlog(*, now: datetime) -> dict[str, Any]:
+    pending = TimerSchedule.objects.filter(state=TimerSchedule.State.SCHEDULED)
+    overdue = pending.filter(due_at__lte=now)
+    oldest = overdue.order_by("due_at").values_list("due_at", flat=True).first()
+    return {
+        "scheduled": pending.count(),
+        "overdue": overdue.count(),
+        "oldestOverdueSeconds": round((now - oldest).total_seconds(), 3) if oldest else 0.0,
+    }

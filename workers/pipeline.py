@@ -1,0 +1,69 @@
+"""The path of a due call through the modules, shared by the engine, tasks and recovery.
+
+DueTimeReached -> orchestration starts the call -> execution claims and performs the attempt
+-> orchestration finishes the call. Each step is its own transaction; no HTTP inside one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from eventservice.logging import log_context
+from execution.http import HttpRequest, perform
+from execution.outcomes import Outcome
+from execution.services import Attempt, AttemptOrder, attempts_begin, attempts_finish
+from orchestration.services import (
+    CallKey,
+    StartedCall,
+    service_calls_finish,
+    service_calls_start,
+)
+
+logger = logging.getLogger("serviceagent.pipeline")
+
+
+def order_for(call: StartedCall) -> AttemptOrder:
+    return AttemptOrder(
+        tenant_id=call.tenant_id, service_call_id=call.service_call_id, correlation_id=call.correlation_id,
+        request=HttpRequest(method=call.method, url=call.url, headers=call.headers, body=call.body,
+                            timeout_ms=call.timeout_ms),
+    )
+
+
+def start_and_claim(keys: Sequence[CallKey], *, worker_id: str) -> list[Attempt]:
+    """Start the due calls among `keys` and claim their attempts (two transactions)."""
+    started = service_calls_start(keys=keys)
+    return claim(started, worker_id=worker_id)
+
+
+def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
+    return attempts_begin(orders=[order_for(call) for call in started], worker_id=worker_id)
+
+
+def run_attempt(attempt: Attempt) -> Outcome:
+    order = attempt.order
+    with log_context(tenantId=order.tenant_id, serviceCallId=str(order.service_call_id),
+                     correlationId=order.correlation_id):
+        outcome = perform(order.request)
+        logger.info("attempt finished", extra={
+            "status": outcome.status, "errorKind": outcome.error_kind, "latencyMs": outcome.latency_ms,
+        })
+    return outcome
+
+
+def record(results: Sequence[tuple[Attempt, Outcome]]) -> None:
+    """Write the attempt log, then the calls' final states (each its own transaction)."""
+    attempts_finish(results=results)
+    service_calls_finish(results=[
+        (CallKey(attempt.order.tenant_id, attempt.order.service_call_id), outcome)
+        for attempt, outcome in results
+    ])
+
+
+def run_now(keys: Sequence[CallKey], *, worker_id: str) -> int:
+    """Start, perform and finish the given calls in this thread; returns attempts made."""
+    attempts = start_and_claim(keys, worker_id=worker_id)
+    for attempt in attempts:
+        record([(attempt, run_attempt(attempt))])
+    return len(attempts)

@@ -1,0 +1,112 @@
+"""Worker sessions (heartbeats) and loop-run records: the workers module's own tables."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+
+from eventservice.ids import new_id, utcnow
+from workers.models import LoopRun, WorkerSession
+
+
+def session_start() -> WorkerSession:
+    now = utcnow()
+    return WorkerSession.objects.create(
+        id=str(new_id()), hostname=socket.gethostname(), pid=os.getpid(), started_at=now,
+        last_heartbeat_at=now, status=WorkerSession.Status.RUNNING,
+    )
+
+
+def session_beat(*, session_id: str) -> bool:
+    """Returns False if the session was declared dead meanwhile (it must stop working)."""
+    return bool(WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING)
+                .update(last_heartbeat_at=utcnow()))
+
+
+def session_stop(*, session_id: str, error: BaseException | None = None) -> None:
+    fields = {"stopped_at": utcnow(), "status": WorkerSession.Status.SUCCESS}
+    if error is not None:
+        fields.update(status=WorkerSession.Status.ERROR, error_type=type(error).__name__,
+                      error_message=str(error)[:2000])
+    WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(**fields)
+
+
+def sessions_mark_stale(*, now: datetime | None = None) -> list[str]:
+    """Sessions that stopped beating become `unknown`, stopped at their last heartbeat."""
+    now = now or utcnow()
+    cutoff = now - timedelta(seconds=settings.WORKER_STALE_SECONDS)
+    stale = list(WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING, last_heartbeat_at__lt=cutoff)
+                 .values_list("id", "last_heartbeat_at"))
+    marked = []
+    with transaction.atomic():
+        for session_id, last in stale:
+            if WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(
+                status=WorkerSession.Status.UNKNOWN, stopped_at=last
+            ):
+                marked.append(session_id)
+    return marked
+
+
+def live_session_ids() -> set[str]:
+    return set(WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).values_list("id", flat=True))
+
+
+def runs_delete_older_than(*, before: datetime) -> int:
+    deleted, _ = LoopRun.objects.filter(started_at__lt=before).delete()
+    return deleted
+
+
+@dataclass
+class _Window:
+    started_at: datetime
+    runs: int = 0
+    items: int = 0
+    errors: int = 0
+    busy_ms: float = 0.0
+    last_error: str = ""
+
+
+@dataclass
+class RunRecorder:
+    """Counts a loop's runs in memory and writes one record per loop per window.
+
+    A timer loop wakes many times a second; a row per wake-up would cost more than the work.
+    """
+
+    session_id: str
+    window_seconds: float = 10.0
+    _windows: dict[str, _Window] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, loop: str, *, started: float, items: int, error: BaseException | None = None) -> None:
+        duration_ms = (time.monotonic() - started) * 1000
+        with self._lock:
+            window = self._windows.setdefault(loop, _Window(started_at=utcnow()))
+            window.runs += 1
+            window.items += items
+            window.busy_ms += duration_ms
+            if error is not None:
+                window.errors += 1
+                window.last_error = f"{type(error).__name__}: {error}"[:2000]
+
+    def flush(self, *, force: bool = False) -> None:
+        now = utcnow()
+        with self._lock:
+            due = {loop: w for loop, w in self._windows.items()
+                   if force or (now - w.started_at).total_seconds() >= self.window_seconds}
+            for loop in due:
+                del self._windows[loop]
+        rows = [
+            LoopRun(session_id=self.session_id, loop=loop, started_at=w.started_at, duration_ms=round(w.busy_ms, 3),
+                    runs=w.runs, items=w.items, errors=w.errors, error_message=w.last_error)
+            for loop, w in due.items() if w.items or w.errors
+        ]
+        if rows:
+            LoopRun.objects.bulk_create(rows)
