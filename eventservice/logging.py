@@ -9,13 +9,13 @@ import logging
 import time
 from collections.abc import Iterator
 
-_context: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("log_context", default={})
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("log_context", default=None)
 
 
 @contextlib.contextmanager
 def log_context(**values: str | None) -> Iterator[None]:
     """Bind fields (tenantId=..., serviceCallId=..., correlationId=...) to log lines within."""
-    merged = {**_context.get(), **{k: str(v) for k, v in values.items() if v is not None}}
+    merged = {**(_context.get() or {}), **{k: str(v) for k, v in values.items() if v is not None}}
     token = _context.set(merged)
     try:
         yield
@@ -24,12 +24,12 @@ def log_context(**values: str | None) -> Iterator[None]:
 
 
 def current_context() -> dict[str, str]:
-    return dict(_context.get())
+    return dict(_context.get() or {})
 
 
 class ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in _context.get().items():
+        for key, value in (_context.get() or {}).items():
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
