@@ -93,7 +93,7 @@ def _make_handler(server: TargetServer):
             parts = urlsplit(self.path)
             with server.lock:
                 server.requests.append({
-                    "method": self.command, "path": parts.path, "headers": dict(self.headers),
+                    "method": self.command, "path": parts.path, "query": parts.query, "headers": dict(self.headers),
                     "body": body.decode("utf-8", "replace"), "at": time.time(),
                 })
             segments = [s for s in parts.path.split("/") if s]
