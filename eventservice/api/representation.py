@@ -1,0 +1,134 @@
+"""The wire representation of a service call: one builder for the API and the dashboard.
+
+camelCase keys, times as ISO 8601 UTC with milliseconds and Z, secret header values
+redacted (SPEC §5, §11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.urls import reverse
+
+from eventservice.ids import iso_ms
+from execution.models import HttpExecution
+from orchestration.models import FAVORITE_TAG, ServiceCall
+from orchestration.secrets import redact_headers
+from orchestration.selectors import tags_of
+from orchestration.services import public_request_spec
+from outbox.models import OutboxEvent
+
+
+def _url(request: Any, path: str) -> str:
+    return request.build_absolute_uri(path) if request is not None else path
+
+
+def service_call_links(call: ServiceCall, *, request: Any = None) -> dict[str, str]:
+    kwargs = {"tenant_id": call.tenant_id, "service_call_id": str(call.service_call_id)}
+    links = {
+        "self": _url(request, reverse("api:service-call-detail", kwargs=kwargs)),
+        "tags": _url(request, reverse("api:service-call-tags", kwargs=kwargs)),
+        "rerun": _url(request, reverse("api:service-call-rerun", kwargs=kwargs)),
+        "events": _url(request, reverse("api:tenant-events", kwargs={"tenant_id": call.tenant_id})),
+    }
+    if call.rerun_of:
+        links["rerunOf"] = _url(request, reverse(
+            "api:service-call-detail",
+            kwargs={"tenant_id": call.tenant_id, "service_call_id": str(call.rerun_of)},
+        ))
+    return links
+
+
+def outcome_representation(meta: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`{responseMeta}` or `{errorMeta}`; response headers redacted once more on the way out."""
+    if not meta:
+        return None
+    out: dict[str, Any] = {}
+    for key, value in meta.items():
+        if isinstance(value, dict) and "headers" in value:
+            value = {**value, "headers": redact_headers(value.get("headers"))}
+        out[key] = value
+    return out
+
+
+def service_call_representation(
+    call: ServiceCall, *, tags: list[str] | None = None, request: Any = None
+) -> dict[str, Any]:
+    """The call as the API (list, detail, submit, tags, rerun) and the live pages show it.
+
+    `tags` defaults to the call's prefetched tag rows (selectors.service_calls_for_tenant).
+    With a request, links are absolute URLs; without one, absolute paths.
+    """
+    tag_list = list(tags) if tags is not None else tags_of(call)
+    return {
+        "serviceCallId": str(call.service_call_id),
+        "tenantId": call.tenant_id,
+        "name": call.name,
+        "status": call.status,
+        "submittedAt": iso_ms(call.submitted_at),
+        "dueAt": iso_ms(call.due_at),
+        "startedAt": iso_ms(call.started_at),
+        "finishedAt": iso_ms(call.finished_at),
+        "requestSpec": public_request_spec(call.request_spec),
+        "tags": tag_list,
+        "favorite": FAVORITE_TAG in tag_list,
+        "outcome": outcome_representation(call.outcome_meta),
+        "correlationId": call.correlation_id,
+        "links": service_call_links(call, request=request),
+    }
+
+
+def execution_representation(row: HttpExecution) -> dict[str, Any]:
+    """One attempt of the attempt log (http_execution_log), camelCase, headers redacted."""
+    response = None
+    if row.response_status is not None:
+        response = {
+            "status": row.response_status,
+            "headers": redact_headers(row.response_headers),
+            "bodySnippet": row.response_body,
+            "bodyTruncated": row.response_body_truncated,
+        }
+    error = None
+    if row.error_kind:
+        error = {"kind": row.error_kind, "message": row.error_message}
+    return {
+        "executionId": str(row.execution_id),
+        "attempt": row.attempt,
+        "state": row.state,
+        "startedAt": iso_ms(row.started_at),
+        "finishedAt": iso_ms(row.finished_at),
+        "request": {
+            "method": row.request_method,
+            "url": row.request_url,
+            "headers": redact_headers(row.request_headers),
+            "bodySnippet": row.request_body,
+            "timeoutMs": row.timeout_ms,
+        },
+        "response": response,
+        "latencyMs": row.latency_ms,
+        "error": error,
+    }
+
+
+def event_representation(row: OutboxEvent) -> dict[str, Any]:
+    """An outbox event: its envelope (SPEC §6), its sequence and its publication time."""
+    return {
+        **row.event_payload,
+        "sequence": row.id,
+        "publishedAt": iso_ms(row.published_at),
+    }
+
+
+def service_call_detail_representation(
+    call: ServiceCall,
+    *,
+    executions: Iterable[HttpExecution],
+    events: Iterable[OutboxEvent],
+    request: Any = None,
+) -> dict[str, Any]:
+    return {
+        **service_call_representation(call, request=request),
+        "executions": [execution_representation(row) for row in executions],
+        "events": [event_representation(row) for row in events],
+    }

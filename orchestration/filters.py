@@ -1,0 +1,203 @@
+"""The one FilterSet of service calls, shared by the API, the dashboard and the admin.
+
+Filters live in the URL (query parameters with the API's camelCase names):
+`status` (repeatable), `tag` (repeatable, all must match), `q` (name contains,
+case-insensitive), `submittedFrom`, `submittedTo`, `dueFrom`, `dueTo` (ISO 8601 date-time
+with a zone, or a date: a `...To` date covers that whole day, UTC), `favorite` (true|false).
+
+Each tag adds one `service_call_id IN (SELECT service_call_id FROM service_call_tags
+WHERE tenant_id = ? AND tag = ?)`, answered from index service_call_tags_tag alone, never
+tag matching in Python.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+import django_filters
+from django import forms
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils.dateparse import parse_date, parse_datetime
+
+from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
+from orchestration.validation import _TAG_RE, MAX_TAG, MAX_TAGS
+
+MAX_QUERY = 200
+# A call's id is minted a moment after its submittedAt; this margin keeps the id-range hint
+# of submittedTo safe (the exact bound is still checked on submitted_at).
+_ID_CLOCK_MARGIN = timedelta(minutes=1)
+
+
+class MultipleValueField(forms.Field):
+    """A repeatable query parameter (`?tag=a&tag=b`) of free-form strings."""
+
+    widget = forms.SelectMultiple
+
+    def to_python(self, value: Any) -> list[str]:
+        if value in (None, "", [], ()):
+            return []
+        if isinstance(value, str):
+            value = [value]
+        return [str(item) for item in value if str(item) != ""]
+
+
+class TagsField(MultipleValueField):
+    def validate(self, value: list[str]) -> None:
+        super().validate(value)
+        for tag in value:
+            if not _TAG_RE.match(tag):
+                raise forms.ValidationError(
+                    f"Tag {tag[:40]!r} must be 1-{MAX_TAG} characters without whitespace."
+                )
+        if len(set(value)) > MAX_TAGS:
+            raise forms.ValidationError(f"At most {MAX_TAGS} tags can be filtered on.")
+
+
+class InstantField(forms.Field):
+    """An ISO 8601 date-time with a zone, or a date (start or end of that day, UTC)."""
+
+    def __init__(self, *args: Any, end_of_day: bool = False, **kwargs: Any) -> None:
+        self.end_of_day = end_of_day
+        super().__init__(*args, **kwargs)
+
+    def to_python(self, value: Any) -> datetime | None:
+        if value in (None, ""):
+            return None
+        text = str(value).strip()
+        try:
+            day = parse_date(text)
+        except ValueError:
+            day = None
+        if day is not None:
+            return _day_bound(day, end=self.end_of_day)
+        try:
+            parsed = parse_datetime(text.replace("z", "Z").replace(" ", "+"))
+        except ValueError:
+            parsed = None
+        if parsed is None:
+            raise forms.ValidationError("Give an ISO 8601 date-time (with a time zone) or a date.")
+        if parsed.tzinfo is None:
+            raise forms.ValidationError("The date-time must carry a time zone (for example 'Z').")
+        return parsed.astimezone(UTC)
+
+
+def _day_bound(day: date, *, end: bool) -> datetime:
+    start = datetime.combine(day, time.min, tzinfo=UTC)
+    # The end of a day is inclusive to the last microsecond of that day.
+    return start + timedelta(days=1) - timedelta(microseconds=1) if end else start
+
+
+class BooleanWordField(forms.Field):
+    """Only `true` or `false` (any case); anything else is an error, not silently ignored."""
+
+    def to_python(self, value: Any) -> bool | None:
+        if value in (None, ""):
+            return None
+        lowered = str(value).strip().lower()
+        if lowered == "true":
+            return True
+        if lowered == "false":
+            return False
+        raise forms.ValidationError("Give true or false.")
+
+
+class TagsFilter(django_filters.Filter):
+    field_class = TagsField
+
+
+class InstantFilter(django_filters.Filter):
+    field_class = InstantField
+
+
+class BooleanWordFilter(django_filters.Filter):
+    field_class = BooleanWordField
+
+
+def uuid7_floor(instant: datetime) -> uuid.UUID:
+    """The smallest UUID v7 minted at `instant` (ms precision): ids sort by time."""
+    ms = max(0, int(instant.timestamp() * 1000))
+    return uuid.UUID(int=(ms << 80))
+
+
+def uuid7_ceiling(instant: datetime) -> uuid.UUID:
+    ms = max(0, int(instant.timestamp() * 1000))
+    return uuid.UUID(int=(ms << 80) | ((1 << 80) - 1))
+
+
+class ServiceCallFilter(django_filters.FilterSet):
+    """Filters of the call list. Pass `tenant_id` for a tenant's list (the API, the pages):
+    tag filters are then uncorrelated IN subqueries on service_call_tags_tag. Without it
+    (the operator admin, across tenants) each tag is a correlated EXISTS on the unique
+    (tenant_id, service_call_id, tag) index."""
+
+    status = django_filters.MultipleChoiceFilter(
+        choices=ServiceCall.Status.choices, method="filter_status"
+    )
+    tag = TagsFilter(method="filter_tags")
+    q = django_filters.CharFilter(method="filter_q", max_length=MAX_QUERY)
+    submittedFrom = InstantFilter(method="filter_submitted_from")  # noqa: N815 (wire name)
+    submittedTo = InstantFilter(method="filter_submitted_to", end_of_day=True)  # noqa: N815
+    dueFrom = InstantFilter(field_name="due_at", lookup_expr="gte")  # noqa: N815
+    dueTo = InstantFilter(field_name="due_at", lookup_expr="lte", end_of_day=True)  # noqa: N815
+    favorite = BooleanWordFilter(method="filter_favorite")
+
+    class Meta:
+        model = ServiceCall
+        fields: list[str] = []
+
+    def __init__(self, data=None, queryset=None, *, tenant_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(data, queryset, **kwargs)
+        self.tenant_id = tenant_id
+
+    # --- filters -------------------------------------------------------------------------
+    def filter_status(self, queryset: QuerySet, name: str, value: list[str]) -> QuerySet:
+        if not value:
+            return queryset
+        return queryset.filter(status__in=value)
+
+    def filter_tags(self, queryset: QuerySet, name: str, value: list[str]) -> QuerySet:
+        for tag in dict.fromkeys(value):
+            queryset = self._with_tag(queryset, tag)
+        return queryset
+
+    def filter_favorite(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
+        if value is None:
+            return queryset
+        if value:
+            return self._with_tag(queryset, FAVORITE_TAG)
+        return self._with_tag(queryset, FAVORITE_TAG, negate=True)
+
+    def filter_q(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
+        value = value.strip()
+        return queryset.filter(name__icontains=value) if value else queryset
+
+    def filter_submitted_from(self, queryset: QuerySet, name: str, value: datetime | None) -> QuerySet:
+        if value is None:
+            return queryset
+        # The id bound lets the (tenant_id, service_call_id) index narrow the range; the
+        # submitted_at bound is the exact condition.
+        return queryset.filter(service_call_id__gte=uuid7_floor(value), submitted_at__gte=value)
+
+    def filter_submitted_to(self, queryset: QuerySet, name: str, value: datetime | None) -> QuerySet:
+        if value is None:
+            return queryset
+        return queryset.filter(
+            service_call_id__lte=uuid7_ceiling(value + _ID_CLOCK_MARGIN), submitted_at__lte=value
+        )
+
+    def _with_tag(self, queryset: QuerySet, tag: str, *, negate: bool = False) -> QuerySet:
+        if self.tenant_id is not None:
+            ids = ServiceCallTag.objects.filter(tenant_id=self.tenant_id, tag=tag).values("service_call_id")
+            condition = Q(service_call_id__in=ids)
+        else:
+            condition = Q(Exists(ServiceCallTag.objects.filter(
+                tenant_id=OuterRef("tenant_id"), service_call_id=OuterRef("service_call_id"), tag=tag,
+            )))
+        return queryset.exclude(condition) if negate else queryset.filter(condition)
+
+
+def filter_errors(filterset: django_filters.FilterSet) -> dict[str, list[str]]:
+    """The FilterSet's form errors as the API's `errors` object."""
+    return {name: [str(message) for message in messages] for name, messages in filterset.errors.items()}
