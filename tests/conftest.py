@@ -171,3 +171,16 @@ def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.05):
             return value
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def pytest_collection_modifyitems(config, items):
+    """PostgreSQL-only tests skip on the SQLite pass with a clear reason (scripts/test runs them)."""
+    from django.conf import settings
+
+    on_postgres = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    skip_pg = pytest.mark.skip(
+        reason="needs PostgreSQL: runs in the PostgreSQL pass of scripts/test (DATABASE_URL=postgres://...)"
+    )
+    for item in items:
+        if "postgres" in item.keywords and not on_postgres:
+            item.add_marker(skip_pg)
