@@ -70,6 +70,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "libraries": {"dashboard": "eventservice.dashboard.templatetags.dashboard"},
         },
     },
 ]
