@@ -209,7 +209,8 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
-        "django_q": {"level": env_str("Q_LOG_LEVEL", "WARNING")},
+        # django-q2 logs as "django-q" (conf.py), not under its package name.
+        "django-q": {"level": env_str("Q_LOG_LEVEL", "WARNING")},
         # The event sink logs every published event; quiet it with EVENT_LOG_LEVEL=WARNING.
         "serviceagent.events": {"level": env_str("EVENT_LOG_LEVEL", "INFO")},
     },
