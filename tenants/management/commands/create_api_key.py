@@ -1,0 +1,40 @@
+"""manage.py create_api_key <tenant> [--label LABEL]"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from eventservice.errors import ApplicationError
+from orchestration.management.commands._cli import command_error
+from tenants.services import api_key_create
+
+MAX_LABEL = 200
+
+
+class Command(BaseCommand):
+    help = (
+        "Create an API key for a tenant and print it. Only a hash is stored, so the key is "
+        "shown this once: keep it. Use it as 'Authorization: Bearer <key>'."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("tenant", help="The tenant id the key acts for.")
+        parser.add_argument("--label", default="", help="A note saying who or what uses the key (max 200 chars).")
+        parser.add_argument(
+            "--quiet", action="store_true", help="Print only the key (for scripts)."
+        )
+
+    def handle(self, *args, tenant: str, label: str, quiet: bool, **options) -> None:
+        if len(label) > MAX_LABEL:
+            raise CommandError(f"The label must be at most {MAX_LABEL} characters.")
+        try:
+            key, raw = api_key_create(tenant_id=tenant, label=label)
+        except ApplicationError as exc:
+            raise command_error(exc) from None
+        if quiet:
+            self.stdout.write(raw)
+            return
+        self.stdout.write(f"Created API key {key.prefix}… for tenant {key.tenant_id}"
+                          + (f" ({key.label})" if key.label else "") + ".")
+        self.stdout.write("Store it now; it is not shown again:")
+        self.stdout.write(raw)
