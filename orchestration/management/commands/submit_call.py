@@ -1,0 +1,145 @@
+"""manage.py submit_call --tenant T --name N --method M --url U [...]"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from eventservice.errors import ApplicationError
+from eventservice.ids import iso_ms, new_id, utcnow
+from orchestration.management.commands._cli import command_error, require_tenant
+from orchestration.services import service_call_submit
+from orchestration.validation import MAX_AHEAD, METHODS, MAX_TIMEOUT_MS, validate_submission
+
+# Wire field names (as validation reports them) -> the option a user of this command typed.
+OPTION_OF_FIELD = {
+    "name": "--name",
+    "requestSpec": "--method/--url",
+    "requestSpec.method": "--method",
+    "requestSpec.url": "--url",
+    "requestSpec.headers": "--header",
+    "requestSpec.body": "--body",
+    "requestSpec.timeoutMs": "--timeout-ms",
+    "dueAt": "--due/--in",
+    "tags": "--tag",
+    "idempotencyKey": "--idempotency-key",
+}
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_IN = re.compile(r"^\s*(\d{1,12})\s*([smhd])\s*$")
+
+
+def parse_in(value: str) -> timedelta:
+    """`30s`, `5m`, `2h`, `1d` -> a timedelta; raises CommandError."""
+    match = _IN.match(value)
+    if match is None:
+        raise CommandError(
+            f"--in {value!r} is not a delay: give a whole number followed by s, m, h or d "
+            "(for example 30s, 5m, 2h, 1d)."
+        )
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_AHEAD.total_seconds():
+        raise CommandError(f"--in {value!r} is too far ahead: a call is due at most one year ahead.")
+    return timedelta(seconds=seconds)
+
+
+def parse_headers(values: list[str]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for raw in values:
+        name, sep, value = raw.partition(":")
+        if not sep or not name:
+            raise CommandError(f"--header {raw!r} must look like NAME:VALUE, for example 'Accept: application/json'.")
+        if name in headers:
+            raise CommandError(f"--header {name!r} is given twice.")
+        headers[name] = value.lstrip(" \t")
+    return headers
+
+
+class Command(BaseCommand):
+    help = (
+        "Submit a service call for a tenant and print its id (only the id, on stdout). "
+        "It runs now, or at --due / after --in. Input is checked exactly like the REST API's; "
+        "on invalid input nothing is stored and the command exits non-zero."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--tenant", required=True, help="The tenant id the call belongs to.")
+        parser.add_argument("--name", required=True, help="A name for the call (1-200 characters).")
+        parser.add_argument("--method", required=True, help=f"HTTP method: {', '.join(METHODS)}.")
+        parser.add_argument("--url", required=True, help="Absolute http or https URL.")
+        parser.add_argument(
+            "--header", action="append", default=[], metavar="NAME:VALUE",
+            help="A request header; repeat for several. Secret values (Authorization, *key*, "
+                 "*token*, ...) are encrypted at rest and never shown again.",
+        )
+        parser.add_argument("--body", help="The request body, sent as given (a string).")
+        parser.add_argument(
+            "--json-body", action="store_true",
+            help="Parse --body as JSON and send it as JSON (Content-Type: application/json unless a "
+                 "content type header is given).",
+        )
+        when = parser.add_mutually_exclusive_group()
+        when.add_argument(
+            "--due", metavar="ISO",
+            help="When the call is due: ISO 8601 with a time zone, e.g. 2030-01-31T09:00:00Z. "
+                 "Absent or past means now.",
+        )
+        when.add_argument("--in", dest="due_in", metavar="DELAY", help="Due after this delay: 30s, 5m, 2h or 1d.")
+        parser.add_argument("--tag", action="append", default=[], help="A tag; repeat for several.")
+        parser.add_argument(
+            "--timeout-ms", type=int, metavar="N",
+            help=f"Timeout of the attempt in milliseconds (1-{MAX_TIMEOUT_MS}; default EXECUTION_TIMEOUT_MS).",
+        )
+        parser.add_argument(
+            "--idempotency-key", metavar="KEY",
+            help="Submitting again with the same key and the same call prints the existing call's id; "
+                 "with a different call it fails.",
+        )
+
+    def handle(self, *args, **options: Any) -> None:
+        data = self._wire_data(options)
+        require_tenant(options["tenant"])
+        try:
+            submission = validate_submission(data)
+            call, created = service_call_submit(
+                tenant_id=options["tenant"], submission=submission, correlation_id=str(new_id())
+            )
+        except ApplicationError as exc:
+            raise command_error(exc, options=OPTION_OF_FIELD) from None
+        if not created:
+            self.stderr.write("The idempotency key matched an existing call; nothing new was stored.")
+        self.stdout.write(str(call.service_call_id))
+
+    def _wire_data(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The submission in the API's wire shape, so validation is the API's."""
+        spec: dict[str, Any] = {
+            "method": options["method"],
+            "url": options["url"],
+            "headers": parse_headers(options["header"]),
+        }
+        body = options["body"]
+        if options["json_body"]:
+            if body is None:
+                raise CommandError("--json-body needs --body.")
+            try:
+                body = json.loads(body)
+            except ValueError as exc:
+                raise CommandError(f"--body is not valid JSON: {exc}.") from None
+        if body is not None:
+            spec["body"] = body
+        if options["timeout_ms"] is not None:
+            spec["timeoutMs"] = options["timeout_ms"]
+        data: dict[str, Any] = {"name": options["name"], "requestSpec": spec}
+        if options["due"] is not None:
+            data["dueAt"] = options["due"]
+        elif options["due_in"] is not None:
+            data["dueAt"] = iso_ms(utcnow() + parse_in(options["due_in"]))
+        if options["tag"]:
+            data["tags"] = options["tag"]
+        if options["idempotency_key"] is not None:
+            data["idempotencyKey"] = options["idempotency_key"]
+        return data
