@@ -1,0 +1,94 @@
+"""The dispatcher publishes in order per call, and one poisoned row never blocks the others."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+
+from eventservice.ids import new_id, utcnow
+from outbox.dispatcher import dispatch_batch, outbox_publish_again
+from outbox.models import OutboxEvent
+from outbox.services import NewEvent, outbox_append
+
+
+class RecordingSink:
+    name = "recording"
+
+    def __init__(self, poisoned: set[str] = frozenset()):
+        self.published: list[dict] = []
+        self.poisoned = poisoned
+
+    def publish(self, envelopes):
+        for envelope in envelopes:
+            if envelope["payload"].get("label") in self.poisoned:
+                raise ConnectionError("sink refused it")
+            self.published.append(envelope)
+
+
+def append(aggregate, label, tenant="acme"):
+    with transaction.atomic():
+        return outbox_append(events=[NewEvent(tenant_id=tenant, aggregate_id=aggregate, type="ServiceCallTagged",
+                                              payload={"label": label}, correlation_id="c", at=utcnow())])[0]
+
+
+def test_it_publishes_every_event_in_id_order_and_marks_it_published(db):
+    a, b = new_id(), new_id()
+    for label, agg in [("a1", a), ("b1", b), ("a2", a), ("b2", b)]:
+        append(agg, label)
+    sink = RecordingSink()
+    assert dispatch_batch(sinks=[sink]) == 4
+    assert [e["payload"]["label"] for e in sink.published] == ["a1", "b1", "a2", "b2"]
+    assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
+    assert dispatch_batch(sinks=[sink]) == 0
+
+
+def test_a_poisoned_row_holds_back_only_its_own_calls_later_events(db):
+    a, b = new_id(), new_id()
+    append(a, "a1-poison")
+    append(b, "b1")
+    append(a, "a2")
+    append(b, "b2")
+    sink = RecordingSink(poisoned={"a1-poison"})
+    assert dispatch_batch(sinks=[sink]) == 2
+    assert [e["payload"]["label"] for e in sink.published] == ["b1", "b2"]
+    poisoned = OutboxEvent.objects.get(event_payload__payload__label="a1-poison")
+    assert poisoned.attempts == 1 and poisoned.next_attempt_at > utcnow() and "sink refused" in poisoned.last_error
+    # While a1 waits in backoff, a2 must not overtake it.
+    assert dispatch_batch(sinks=[sink]) == 0
+    assert OutboxEvent.objects.get(event_payload__payload__label="a2").published_at is None
+    # Once the sink recovers and the backoff passed, a's events go out in order.
+    OutboxEvent.objects.filter(pk=poisoned.pk).update(next_attempt_at=utcnow() - timedelta(seconds=1))
+    healthy = RecordingSink()
+    assert dispatch_batch(sinks=[healthy]) == 2
+    assert [e["payload"]["label"] for e in healthy.published] == ["a1-poison", "a2"]
+
+
+def test_rows_claimed_by_another_dispatcher_are_left_alone(db):
+    a = new_id()
+    first = append(a, "a1")
+    append(a, "a2")
+    OutboxEvent.objects.filter(pk=first.pk).update(locked_until=utcnow() + timedelta(seconds=30))
+    sink = RecordingSink()
+    assert dispatch_batch(sinks=[sink]) == 0  # a2 waits behind the claimed a1
+
+
+def test_publish_again_requeues_rows(db):
+    row = append(new_id(), "x")
+    dispatch_batch(sinks=[RecordingSink()])
+    assert outbox_publish_again(ids=[row.pk]) == 1
+    sink = RecordingSink()
+    assert dispatch_batch(sinks=[sink]) == 1 and sink.published[0]["id"] == str(row.event_id)
+
+
+def test_the_envelope_has_the_shape_of_spec_section_6(db):
+    agg = new_id()
+    row = append(agg, "x")
+    envelope = row.event_payload
+    assert set(envelope) == {"id", "type", "tenantId", "aggregateId", "timestampMs", "correlationId", "causationId", "payload"}
+    assert envelope["aggregateId"] == str(agg) and envelope["id"] == str(row.event_id)
+
+
+def test_append_refuses_to_run_outside_a_transaction(transactional_db):
+    with pytest.raises(RuntimeError):
+        outbox_append(events=[NewEvent(tenant_id="acme", aggregate_id=new_id(), type="ServiceCallTagged", payload={},
+                                       correlation_id="c", at=utcnow())])
