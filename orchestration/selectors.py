@@ -52,3 +52,50 @@ def status_counts(*, tenant_id: str | None = None) -> dict[str, Any]:
         qs = qs.filter(tenant_id=tenant_id)
     counts = dict(qs.values_list("status").annotate(n=Count("pk")).values_list("status", "n"))
     return {status: counts.get(status, 0) for status in ServiceCall.Status.values}
+
+
+# --- Reads for the REST API and the pages (events of calls) ---------------------------------
+
+# How long a tenant's events tail waits behind an earlier event that is still unpublished,
+# so a client polling `after=<last seen>` never skips an event published late; a row that
+# keeps failing longer than this stops holding the tail back (SPEC §6: nothing blocks behind
+# one poisoned row).
+EVENTS_TAIL_HOLD_SECONDS = 30
+
+
+def service_call_events(*, tenant_id: str, service_call_id: uuid.UUID | str):
+    """A call's outbox events in sequence order (uses outbox_tenant_aggregate)."""
+    from outbox.models import OutboxEvent
+
+    return OutboxEvent.objects.filter(tenant_id=tenant_id, aggregate_id=service_call_id).order_by("id")
+
+
+def outbox_sequence_of(*, tenant_id: str, event_id: uuid.UUID | str) -> int | None:
+    """The outbox sequence of a tenant's event, by its envelope id."""
+    from outbox.models import OutboxEvent
+
+    return OutboxEvent.objects.filter(tenant_id=tenant_id, event_id=event_id).values_list("id", flat=True).first()
+
+
+def tenant_events_published(*, tenant_id: str, after: int = 0, limit: int = 100, now: datetime | None = None):
+    """A tenant's published events after a sequence, oldest first (uses outbox_tenant_published).
+
+    Stops before the tenant's oldest unpublished event younger than EVENTS_TAIL_HOLD_SECONDS.
+    """
+    from datetime import timedelta
+
+    from eventservice.ids import utcnow
+    from outbox.models import OutboxEvent
+
+    now = now or utcnow()
+    qs = OutboxEvent.objects.filter(tenant_id=tenant_id, published_at__isnull=False, id__gt=after)
+    holding = (
+        OutboxEvent.objects.filter(
+            tenant_id=tenant_id, published_at__isnull=True, id__gt=after,
+            created_at__gt=now - timedelta(seconds=EVENTS_TAIL_HOLD_SECONDS),
+        )
+        .order_by("id").values_list("id", flat=True).first()
+    )
+    if holding is not None:
+        qs = qs.filter(id__lt=holding)
+    return list(qs.order_by("id")[:limit])

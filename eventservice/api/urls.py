@@ -1,2 +1,22 @@
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-urlpatterns: list = []
+from eventservice.api import ops, schema, views  # noqa: F401 (schema registers the auth scheme)
+
+app_name = "api"
+
+TENANT = "api/tenants/<str:tenant_id>"
+CALL = f"{TENANT}/service-calls/<str:service_call_id>"
+
+urlpatterns = [
+    path(f"{TENANT}/service-calls", views.ServiceCallsApi.as_view(), name="service-calls"),
+    path(CALL, views.ServiceCallDetailApi.as_view(), name="service-call-detail"),
+    path(f"{CALL}/tags", views.ServiceCallTagsApi.as_view(), name="service-call-tags"),
+    path(f"{CALL}/rerun", views.ServiceCallRerunApi.as_view(), name="service-call-rerun"),
+    path(f"{TENANT}/events", views.TenantEventsApi.as_view(), name="tenant-events"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    re_path(r"^api/", views.ApiNotFound.as_view(), name="not-found"),
+    path("healthz", ops.healthz, name="healthz"),
+    path("metrics", ops.metrics, name="metrics"),
+]

@@ -1,0 +1,88 @@
+"""Operations endpoints: /healthz (for load balancers) and /metrics (for Prometheus).
+
+Neither needs an API key and neither shows tenant data. /metrics is public unless
+METRICS_PUBLIC=false, then only staff sessions may read it (others get 404).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
+from eventservice.api.health import health_report, metrics_snapshot
+from execution.outcomes import ErrorKind
+from orchestration.models import ServiceCall
+
+
+@never_cache
+@require_GET
+def healthz(request: HttpRequest) -> JsonResponse:
+    healthy, body = health_report()
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+class ServiceAgentCollector:
+    """Reads the figures from the database at scrape time (any process can serve them)."""
+
+    def collect(self):
+        snap = metrics_snapshot()
+
+        calls = GaugeMetricFamily(
+            "serviceagent_service_calls", "Service calls by status (all tenants).", labels=["status"]
+        )
+        for status in ServiceCall.Status.values:
+            calls.add_metric([status], snap["calls"].get(status, 0))
+        yield calls
+
+        timers = snap["timers"]
+        yield GaugeMetricFamily("serviceagent_timers_scheduled", "Timers not yet reached.", value=timers["scheduled"])
+        yield GaugeMetricFamily(
+            "serviceagent_timers_overdue", "Scheduled timers whose due time has passed.", value=timers["overdue"]
+        )
+        yield GaugeMetricFamily(
+            "serviceagent_timers_oldest_overdue_seconds", "Age of the oldest overdue timer.",
+            value=timers["oldestOverdueSeconds"],
+        )
+
+        outbox = snap["outbox"]
+        yield GaugeMetricFamily(
+            "serviceagent_outbox_unpublished", "Outbox events not yet published.", value=outbox["unpublished"]
+        )
+        yield GaugeMetricFamily(
+            "serviceagent_outbox_lag_seconds", "Age of the oldest unpublished outbox event.",
+            value=outbox["oldestUnpublishedAgeSeconds"],
+        )
+
+        worker = snap["worker"]
+        yield GaugeMetricFamily(
+            "serviceagent_worker_sessions_running", "Worker sessions marked running.",
+            value=worker["runningSessions"],
+        )
+        age = worker["heartbeatAgeSeconds"]
+        yield GaugeMetricFamily(
+            "serviceagent_worker_heartbeat_age_seconds",
+            "Seconds since the freshest running worker's heartbeat (NaN: no running worker).",
+            value=float("nan") if age is None else age,
+        )
+
+        attempts = GaugeMetricFamily(
+            "serviceagent_attempts", "Attempts in the retained execution log by error kind (none: succeeded).",
+            labels=["error_kind"],
+        )
+        for kind in ["none", *ErrorKind.values]:
+            attempts.add_metric([kind], snap["attempts"].get(kind, 0))
+        yield attempts
+
+
+@never_cache
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not settings.METRICS_PUBLIC and not (request.user.is_authenticated and request.user.is_staff):
+        return HttpResponse(status=404)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ServiceAgentCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

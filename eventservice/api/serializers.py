@@ -1,0 +1,165 @@
+"""Serializers that describe the wire shapes in the OpenAPI schema.
+
+Input is checked by orchestration.validation (one validator for every edge: API, pages,
+commands) and output is built by eventservice.api.representation; these classes document
+those shapes for drf-spectacular, and a test keeps them equal to what the builder emits.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from execution.outcomes import ErrorKind
+from orchestration.models import ServiceCall
+from orchestration.validation import METHODS
+
+
+class RequestSpecSerializer(serializers.Serializer):
+    method = serializers.ChoiceField(choices=METHODS)
+    url = serializers.URLField(max_length=2048, help_text="Absolute http or https URL.")
+    headers = serializers.DictField(
+        child=serializers.CharField(), required=False,
+        help_text="Header name to value. In responses, secret values are shown as `***`.",
+    )
+    body = serializers.JSONField(
+        required=False, allow_null=True,
+        help_text="A string (sent as is) or any JSON value (sent as JSON). At most 256 KiB.",
+    )
+    timeoutMs = serializers.IntegerField(min_value=1, max_value=120_000, required=False)
+
+
+class ResponseMetaSerializer(serializers.Serializer):
+    status = serializers.IntegerField()
+    headers = serializers.DictField(child=serializers.CharField())
+    bodySnippet = serializers.CharField(allow_null=True)
+    bodyTruncated = serializers.BooleanField()
+    latencyMs = serializers.IntegerField(allow_null=True)
+
+
+class ErrorMetaSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=ErrorKind.choices)
+    message = serializers.CharField(allow_null=True)
+    status = serializers.IntegerField(required=False)
+    latencyMs = serializers.IntegerField(required=False)
+
+
+class OutcomeSerializer(serializers.Serializer):
+    responseMeta = ResponseMetaSerializer(required=False, help_text="Set when the call succeeded.")
+    errorMeta = ErrorMetaSerializer(required=False, help_text="Set when the call failed.")
+
+
+class LinksSerializer(serializers.Serializer):
+    self = serializers.URLField()
+    tags = serializers.URLField()
+    rerun = serializers.URLField()
+    events = serializers.URLField()
+    rerunOf = serializers.URLField(required=False)
+
+
+class ServiceCallSerializer(serializers.Serializer):
+    serviceCallId = serializers.UUIDField(help_text="UUID v7, time-ordered.")
+    tenantId = serializers.CharField()
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=ServiceCall.Status.choices)
+    submittedAt = serializers.DateTimeField()
+    dueAt = serializers.DateTimeField()
+    startedAt = serializers.DateTimeField(allow_null=True)
+    finishedAt = serializers.DateTimeField(allow_null=True)
+    requestSpec = RequestSpecSerializer()
+    tags = serializers.ListField(child=serializers.CharField())
+    favorite = serializers.BooleanField()
+    outcome = OutcomeSerializer(allow_null=True)
+    correlationId = serializers.CharField()
+    links = LinksSerializer()
+
+
+class ExecutionRequestSerializer(serializers.Serializer):
+    method = serializers.CharField()
+    url = serializers.CharField()
+    headers = serializers.DictField(child=serializers.CharField())
+    bodySnippet = serializers.CharField(allow_null=True)
+    timeoutMs = serializers.IntegerField()
+
+
+class ExecutionResponseSerializer(serializers.Serializer):
+    status = serializers.IntegerField()
+    headers = serializers.DictField(child=serializers.CharField())
+    bodySnippet = serializers.CharField(allow_null=True)
+    bodyTruncated = serializers.BooleanField()
+
+
+class ExecutionErrorSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=ErrorKind.choices)
+    message = serializers.CharField(allow_null=True)
+
+
+class ExecutionSerializer(serializers.Serializer):
+    executionId = serializers.UUIDField()
+    attempt = serializers.IntegerField()
+    state = serializers.CharField()
+    startedAt = serializers.DateTimeField()
+    finishedAt = serializers.DateTimeField(allow_null=True)
+    request = ExecutionRequestSerializer()
+    response = ExecutionResponseSerializer(allow_null=True)
+    latencyMs = serializers.IntegerField(allow_null=True)
+    error = ExecutionErrorSerializer(allow_null=True)
+
+
+class EventSerializer(serializers.Serializer):
+    id = serializers.UUIDField(help_text="Envelope id (UUID v7).")
+    type = serializers.CharField()
+    tenantId = serializers.CharField()
+    aggregateId = serializers.UUIDField(help_text="The service call's id.")
+    timestampMs = serializers.IntegerField()
+    correlationId = serializers.CharField()
+    causationId = serializers.CharField(allow_null=True)
+    payload = serializers.DictField()
+    sequence = serializers.IntegerField(help_text="Outbox sequence; usable as `after` of the events tail.")
+    publishedAt = serializers.DateTimeField(allow_null=True)
+
+
+class ServiceCallDetailSerializer(ServiceCallSerializer):
+    executions = ExecutionSerializer(many=True)
+    events = EventSerializer(many=True)
+
+
+class ServiceCallPageSerializer(serializers.Serializer):
+    results = ServiceCallSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+
+
+class EventPageSerializer(serializers.Serializer):
+    results = EventSerializer(many=True)
+    next = serializers.URLField(help_text="Poll this URL for the events after this page.")
+
+
+class SubmitServiceCallSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    requestSpec = RequestSpecSerializer()
+    dueAt = serializers.DateTimeField(
+        required=False, allow_null=True,
+        help_text="ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
+    )
+    tags = serializers.ListField(child=serializers.CharField(max_length=64), max_length=20, required=False)
+    idempotencyKey = serializers.CharField(
+        max_length=200, required=False, help_text="Or the Idempotency-Key header."
+    )
+
+
+class TagsInputSerializer(serializers.Serializer):
+    tags = serializers.ListField(child=serializers.CharField(max_length=64), max_length=20)
+
+
+class ProblemSerializer(serializers.Serializer):
+    """RFC 7807 problem details."""
+
+    type = serializers.CharField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    correlationId = serializers.CharField()
+    errors = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()), required=False,
+        help_text="For invalid input: wire field name to messages.",
+    )

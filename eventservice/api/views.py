@@ -1,0 +1,282 @@
+"""The REST API of service calls (SPEC §5): one view per operation, thin.
+
+Input is checked by orchestration.validation, state changes go through
+orchestration.services, reads through selectors, and output through
+eventservice.api.representation.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from eventservice.api import serializers as s
+from eventservice.api.base import TenantApiView, keyset_page, paging_params, parse_limit
+from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from eventservice.api.representation import (
+    event_representation,
+    service_call_detail_representation,
+    service_call_representation,
+)
+from eventservice.errors import NotFound, ValidationFailed
+from execution.selectors import attempts_for_call
+from orchestration.filters import ServiceCallFilter, filter_errors
+from orchestration.models import ServiceCall
+from orchestration.selectors import (
+    outbox_sequence_of,
+    service_call_events,
+    service_call_get,
+    service_calls_for_tenant,
+    tenant_events_published,
+)
+from orchestration.services import service_call_rerun, service_call_submit, service_call_tags_set
+from orchestration.validation import validate_submission
+
+
+def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
+    descriptions = {
+        400: "Invalid input (`errors` names the fields).",
+        401: "No or unknown credentials.",
+        403: "CSRF check failed (browser sessions).",
+        404: "No such tenant or call for this caller.",
+        409: "Idempotency key reused with a different payload.",
+        413: "Request body too large.",
+    }
+    return {
+        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
+        for code in codes
+    }
+
+
+TENANT_PARAM = OpenApiParameter("tenant_id", str, OpenApiParameter.PATH, description="Tenant id (slug).")
+CALL_PARAM = OpenApiParameter("service_call_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+
+
+def _call(request: Request, tenant_id: str, service_call_id: Any) -> dict[str, Any]:
+    call = service_call_get(tenant_id=tenant_id, service_call_id=service_call_id)
+    return service_call_representation(call, request=request)
+
+
+class ServiceCallListApi(TenantApiView):
+    """GET the tenant's calls, newest submitted first, filtered, cursor-paginated."""
+
+    @extend_schema(
+        operation_id="service_calls_list",
+        summary="List service calls",
+        parameters=[
+            TENANT_PARAM,
+            OpenApiParameter("status", str, many=True, enum=ServiceCall.Status.values,
+                             description="Repeatable: any of these statuses."),
+            OpenApiParameter("tag", str, many=True, description="Repeatable: all of these tags."),
+            OpenApiParameter("q", str, description="Name contains (case-insensitive)."),
+            OpenApiParameter("submittedFrom", OpenApiTypes.DATETIME,
+                             description="ISO 8601 with a zone, or a date (YYYY-MM-DD)."),
+            OpenApiParameter("submittedTo", OpenApiTypes.DATETIME, description="Inclusive; a date covers its day."),
+            OpenApiParameter("dueFrom", OpenApiTypes.DATETIME),
+            OpenApiParameter("dueTo", OpenApiTypes.DATETIME),
+            OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
+            OpenApiParameter("limit", int, description="1-200, default 25."),
+            OpenApiParameter("cursor", str, description="From a `next` or `previous` link."),
+        ],
+        responses={200: s.ServiceCallPageSerializer, **_problems(400, 401, 404)},
+    )
+    def get(self, request: Request, tenant_id: str) -> Response:
+        queryset = service_calls_for_tenant(tenant_id=self.tenant_id)
+        filterset = ServiceCallFilter(request.query_params, queryset=queryset, tenant_id=self.tenant_id)
+        errors = {} if filterset.is_valid() else filter_errors(filterset)
+        try:
+            limit, cursor = paging_params(request)
+        except ValidationFailed as exc:
+            errors.update(exc.errors)
+        if errors:
+            raise ValidationFailed(errors)
+        page = keyset_page(filterset.qs, request, limit=limit, cursor=cursor)
+        return Response({
+            "results": [service_call_representation(call, request=request) for call in page.items],
+            "next": page.next,
+            "previous": page.previous,
+        })
+
+
+class ServiceCallSubmitApi(TenantApiView):
+    """POST a new call: 202 (created), 200 (idempotent replay), 409 (key reused differently)."""
+
+    @extend_schema(
+        operation_id="service_calls_submit",
+        summary="Submit a service call",
+        parameters=[
+            TENANT_PARAM,
+            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
+                             description="Same as the body's idempotencyKey."),
+        ],
+        request=s.SubmitServiceCallSerializer,
+        responses={
+            202: OpenApiResponse(s.ServiceCallSerializer, description="Accepted; `Location` names the call."),
+            200: OpenApiResponse(s.ServiceCallSerializer, description="The call stored earlier under this key."),
+            **_problems(400, 401, 403, 404, 409, 413),
+        },
+    )
+    def post(self, request: Request, tenant_id: str) -> Response:
+        submission = validate_submission(request.data, idempotency_header=request.headers.get("Idempotency-Key"))
+        call, created = service_call_submit(
+            tenant_id=self.tenant_id, submission=submission, correlation_id=request.correlation_id
+        )
+        body = _call(request, self.tenant_id, call.service_call_id)
+        return Response(
+            body,
+            status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
+            headers={"Location": body["links"]["self"]},
+        )
+
+
+class ServiceCallsApi(ServiceCallListApi, ServiceCallSubmitApi):
+    """The collection path: GET is ServiceCallListApi.get, POST is ServiceCallSubmitApi.post."""
+
+
+class ServiceCallDetailApi(TenantApiView):
+    """GET one call with its attempt log and its events."""
+
+    @extend_schema(
+        operation_id="service_calls_retrieve",
+        summary="Get a service call with its attempts and events",
+        parameters=[TENANT_PARAM, CALL_PARAM],
+        responses={200: s.ServiceCallDetailSerializer, **_problems(401, 404)},
+    )
+    def get(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
+        call = service_call_get(tenant_id=self.tenant_id, service_call_id=service_call_id)
+        body = service_call_detail_representation(
+            call,
+            executions=attempts_for_call(tenant_id=self.tenant_id, service_call_id=call.service_call_id),
+            events=service_call_events(tenant_id=self.tenant_id, service_call_id=call.service_call_id),
+            request=request,
+        )
+        return Response(body)
+
+
+class ServiceCallTagsApi(TenantApiView):
+    """PUT the whole tag set of a call (emits ServiceCallTagged when it changes)."""
+
+    @extend_schema(
+        operation_id="service_calls_tags_set",
+        summary="Replace a call's tags",
+        parameters=[TENANT_PARAM, CALL_PARAM],
+        request=s.TagsInputSerializer,
+        responses={200: s.ServiceCallSerializer, **_problems(400, 401, 403, 404, 413)},
+    )
+    def put(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
+        data = request.data
+        if not isinstance(data, dict) or "tags" not in data:
+            raise ValidationFailed({"tags": ["A body {\"tags\": [...]} is required."]})
+        unknown = set(data) - {"tags"}
+        if unknown:
+            raise ValidationFailed({"body": [f"Unknown fields: {', '.join(sorted(unknown))}."]})
+        call = service_call_tags_set(
+            tenant_id=self.tenant_id, service_call_id=_call_id(service_call_id), tags=data["tags"],
+            correlation_id=request.correlation_id,
+        )
+        return Response(_call(request, self.tenant_id, call.service_call_id))
+
+
+class ServiceCallRerunApi(TenantApiView):
+    """POST: submit a new call with the same request (new id, due now)."""
+
+    @extend_schema(
+        operation_id="service_calls_rerun",
+        summary="Run a call again",
+        parameters=[TENANT_PARAM, CALL_PARAM],
+        request=None,
+        responses={
+            202: OpenApiResponse(s.ServiceCallSerializer, description="The new call; `Location` names it."),
+            **_problems(401, 403, 404),
+        },
+    )
+    def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
+        call = service_call_rerun(
+            tenant_id=self.tenant_id, service_call_id=_call_id(service_call_id),
+            correlation_id=request.correlation_id,
+        )
+        body = _call(request, self.tenant_id, call.service_call_id)
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["links"]["self"]})
+
+
+EVENTS_DEFAULT_LIMIT = 100
+EVENTS_MAX_LIMIT = 1000
+
+
+class TenantEventsApi(TenantApiView):
+    """GET the tenant's published events, oldest first, after a sequence or an envelope id."""
+
+    @extend_schema(
+        operation_id="events_list",
+        summary="Tail the tenant's published events",
+        parameters=[
+            TENANT_PARAM,
+            OpenApiParameter("after", str, description=(
+                "An event's `sequence` (0 or absent: from the start) or its envelope `id`."
+            )),
+            OpenApiParameter("limit", int, description=f"1-{EVENTS_MAX_LIMIT}, default {EVENTS_DEFAULT_LIMIT}."),
+        ],
+        responses={200: s.EventPageSerializer, **_problems(400, 401, 404)},
+    )
+    def get(self, request: Request, tenant_id: str) -> Response:
+        errors: dict[str, list[str]] = {}
+        try:
+            limit = parse_limit(
+                request.query_params.get("limit"), default=EVENTS_DEFAULT_LIMIT, maximum=EVENTS_MAX_LIMIT
+            )
+        except ValueError as exc:
+            errors["limit"] = [str(exc)]
+        try:
+            after = self._after(request.query_params.get("after"))
+        except ValueError as exc:
+            errors["after"] = [str(exc)]
+        if errors:
+            raise ValidationFailed(errors)
+        rows = tenant_events_published(tenant_id=self.tenant_id, after=after, limit=limit)
+        last = rows[-1].id if rows else after
+        next_url = request.build_absolute_uri(request.path) + f"?after={last}&limit={limit}"
+        return Response({"results": [event_representation(row) for row in rows], "next": next_url})
+
+    def _after(self, raw: str | None) -> int:
+        if raw is None or raw.strip() == "":
+            return 0
+        raw = raw.strip()
+        if raw.isdigit():
+            return int(raw)
+        try:
+            event_id = _uuid(raw)
+        except ValueError:
+            raise ValueError("after must be an event's sequence number or its envelope id.") from None
+        sequence = outbox_sequence_of(tenant_id=self.tenant_id, event_id=event_id)
+        if sequence is None:
+            raise ValueError("No event of this tenant has this id; resume from a sequence number.")
+        return sequence
+
+
+class ApiNotFound(APIView):
+    """Any other path under /api/: a problem+json 404 rather than an HTML page."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+    schema = None  # not part of the OpenAPI document
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        raise NotFound("There is no API resource at this path.")
+
+
+def _uuid(raw: str) -> uuid.UUID:
+    return uuid.UUID(raw)
+
+
+def _call_id(raw: str) -> uuid.UUID:
+    try:
+        return _uuid(raw)
+    except ValueError:
+        raise NotFound(f"Service call {raw} not found.") from None
