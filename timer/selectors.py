@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,8 +39,11 @@ def timer_max_id() -> int:
     return last or 0
 
 
-def timers_backlog(*, now: datetime) -> dict[str, Any]:
+def timers_backlog(*, now: datetime, tenant_ids: Collection[str] | None = None) -> dict[str, Any]:
+    """Pending and overdue timers; with tenant_ids, only those tenants' (staff pages)."""
     pending = TimerSchedule.objects.filter(state=TimerSchedule.State.SCHEDULED)
+    if tenant_ids is not None:
+        pending = pending.filter(tenant_id__in=list(tenant_ids))
     overdue = pending.filter(due_at__lte=now)
     oldest = overdue.order_by("due_at").values_list("due_at", flat=True).first()
     return {
