@@ -70,6 +70,7 @@ class ServiceCallListApi(TenantApiView):
     @extend_schema(
         operation_id="service_calls_list",
         summary="List service calls",
+        description="The tenant's calls, newest submitted first, filtered, with cursor pagination.",
         parameters=[
             TENANT_PARAM,
             OpenApiParameter("status", str, many=True, enum=ServiceCall.Status.values,
@@ -111,6 +112,10 @@ class ServiceCallSubmitApi(TenantApiView):
     @extend_schema(
         operation_id="service_calls_submit",
         summary="Submit a service call",
+        description=(
+            "Store a call and run it at `dueAt` (or now). 202 with `Location`; the same idempotency key "
+            "with the same payload answers 200 with the stored call, with another payload 409."
+        ),
         parameters=[
             TENANT_PARAM,
             OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
