@@ -23,10 +23,30 @@ def nothing_stored():
 
 def test_it_stores_the_call_and_prints_only_its_id(world):
     result = call(
-        "submit_call", "--tenant", "acme", "--name", "Create order", "--method", "post",
-        "--url", "https://example.test/orders", "--header", "Accept: application/json",
-        "--header", "Authorization:Bearer s3cret", "--body", '{"id": 7}', "--json-body",
-        "--tag", "billing", "--tag", "nightly", "--timeout-ms", "5000", "--idempotency-key", "order-7",
+        "submit_call",
+        "--tenant",
+        "acme",
+        "--name",
+        "Create order",
+        "--method",
+        "post",
+        "--url",
+        "https://example.test/orders",
+        "--header",
+        "Accept: application/json",
+        "--header",
+        "Authorization:Bearer s3cret",
+        "--body",
+        '{"id": 7}',
+        "--json-body",
+        "--tag",
+        "billing",
+        "--tag",
+        "nightly",
+        "--timeout-ms",
+        "5000",
+        "--idempotency-key",
+        "order-7",
     )
     assert result.code == 0
     assert result.err == ""
@@ -38,13 +58,17 @@ def test_it_stores_the_call_and_prints_only_its_id(world):
     assert stored.idempotency_key == "order-7"
     spec = stored.request_spec
     assert (spec["method"], spec["url"], spec["body"], spec["timeoutMs"]) == (
-        "POST", "https://example.test/orders", {"id": 7}, 5000,
+        "POST",
+        "https://example.test/orders",
+        {"id": 7},
+        5000,
     )
     assert spec["headers"]["Accept"] == "application/json"
     assert "s3cret" not in json.dumps(spec)  # sealed at rest
     assert unseal_headers(spec["headers"])["Authorization"] == "Bearer s3cret"
     assert list(ServiceCallTag.objects.filter(service_call=stored).order_by("id").values_list("tag", flat=True)) == [
-        "billing", "nightly",
+        "billing",
+        "nightly",
     ]
     assert TimerSchedule.objects.filter(service_call=stored).count() == 1
 
@@ -62,10 +86,16 @@ def test_without_due_it_is_due_now(world):
     assert stored.due_at == stored.submitted_at
 
 
-@pytest.mark.parametrize(("text", "delta"), [
-    ("30s", timedelta(seconds=30)), ("5m", timedelta(minutes=5)), ("2h", timedelta(hours=2)),
-    ("1d", timedelta(days=1)), ("0s", timedelta(0)),
-])
+@pytest.mark.parametrize(
+    ("text", "delta"),
+    [
+        ("30s", timedelta(seconds=30)),
+        ("5m", timedelta(minutes=5)),
+        ("2h", timedelta(hours=2)),
+        ("1d", timedelta(days=1)),
+        ("0s", timedelta(0)),
+    ],
+)
 def test_in_sets_the_due_time_that_far_ahead(world, text, delta):
     before = datetime.now(UTC)
     call_id = call("submit_call", *BASE, "--in", text).out.strip()
@@ -108,11 +138,14 @@ def test_a_due_time_in_the_past_means_now(world):
     assert stored.due_at == stored.submitted_at
 
 
-@pytest.mark.parametrize(("due", "message"), [
-    ("2030-01-31T10:00:00", "--due/--in: dueAt must carry a time zone"),
-    ("tomorrow", "--due/--in: dueAt is not a valid ISO 8601 date-time."),
-    ("2099-01-01T00:00:00Z", "--due/--in: dueAt must be at most one year ahead."),
-])
+@pytest.mark.parametrize(
+    ("due", "message"),
+    [
+        ("2030-01-31T10:00:00", "--due/--in: dueAt must carry a time zone"),
+        ("tomorrow", "--due/--in: dueAt is not a valid ISO 8601 date-time."),
+        ("2099-01-01T00:00:00Z", "--due/--in: dueAt must be at most one year ahead."),
+    ],
+)
 def test_due_refuses_a_bad_time_and_stores_nothing(world, due, message):
     result = call("submit_call", *BASE, "--due", due)
     assert result.code == 1
@@ -136,8 +169,21 @@ def test_it_refuses_an_unknown_tenant_and_stores_nothing(world):
 
 def test_it_lists_every_invalid_field_by_its_option_and_stores_nothing(world):
     result = call(
-        "submit_call", "--tenant", "acme", "--name", " ", "--method", "TRACE", "--url", "ftp://example.test/",
-        "--header", "Bad Header: 1", "--tag", "has space", "--timeout-ms", "0",
+        "submit_call",
+        "--tenant",
+        "acme",
+        "--name",
+        " ",
+        "--method",
+        "TRACE",
+        "--url",
+        "ftp://example.test/",
+        "--header",
+        "Bad Header: 1",
+        "--tag",
+        "has space",
+        "--timeout-ms",
+        "0",
     )
     assert result.code == 1
     assert result.out == ""
@@ -159,10 +205,13 @@ def test_it_refuses_headers_the_agent_sets_itself(world):
     assert nothing_stored()
 
 
-@pytest.mark.parametrize(("header", "message"), [
-    ("no-colon", "--header 'no-colon' must look like NAME:VALUE"),
-    (":value", "--header ':value' must look like NAME:VALUE"),
-])
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        ("no-colon", "--header 'no-colon' must look like NAME:VALUE"),
+        (":value", "--header ':value' must look like NAME:VALUE"),
+    ],
+)
 def test_it_refuses_a_header_that_is_not_name_value(world, header, message):
     result = call("submit_call", *BASE, "--header", header)
     assert result.code == 1
@@ -247,6 +296,13 @@ def test_on_the_command_line_stdout_is_only_the_id(world):
 def test_its_help_lists_the_options():
     result = run_manage("submit_call", "--help")
     assert result.code == 0
-    for option in ("--header NAME:VALUE", "--json-body", "--due ISO", "--in DELAY", "--timeout-ms N",
-                   "--idempotency-key KEY", "30s, 5m, 2h or 1d"):
+    for option in (
+        "--header NAME:VALUE",
+        "--json-body",
+        "--due ISO",
+        "--in DELAY",
+        "--timeout-ms N",
+        "--idempotency-key KEY",
+        "30s, 5m, 2h or 1d",
+    ):
         assert option in result.out

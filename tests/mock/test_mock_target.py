@@ -21,15 +21,23 @@ def test_the_index_lists_the_routes(client):
     assert response["Content-Type"] == "application/json"
     body = response.json()
     assert set(body["routes"]) == {
-        "/mock/", "/mock/echo", "/mock/echo/<anything>", "/mock/status/<code>", "/mock/delay/<ms>", "/mock/json",
+        "/mock/",
+        "/mock/echo",
+        "/mock/echo/<anything>",
+        "/mock/status/<code>",
+        "/mock/delay/<ms>",
+        "/mock/json",
     }
     assert set(body["queryOptions"]) == {"status", "delay"}
 
 
 def test_echo_answers_method_path_query_headers_and_body(client):
     response = client.post(
-        "/mock/echo/orders/7?a=1&a=2&b=x", data='{"id": 7}', content_type="application/json",
-        HTTP_ACCEPT="application/json", HTTP_X_TRACE="t-1",
+        "/mock/echo/orders/7?a=1&a=2&b=x",
+        data='{"id": 7}',
+        content_type="application/json",
+        HTTP_ACCEPT="application/json",
+        HTTP_X_TRACE="t-1",
     )
     assert response.status_code == 200
     body = response.json()
@@ -45,7 +53,10 @@ def test_echo_answers_method_path_query_headers_and_body(client):
 
 def test_echo_redacts_secret_header_values(client):
     response = client.get(
-        "/mock/echo", HTTP_AUTHORIZATION="Bearer s3cret", HTTP_X_API_KEY="k3y", HTTP_COOKIE="session=abc",
+        "/mock/echo",
+        HTTP_AUTHORIZATION="Bearer s3cret",
+        HTTP_X_API_KEY="k3y",
+        HTTP_COOKIE="session=abc",
         HTTP_X_AUTH_TOKEN="t0ken",
     )
     body = response.json()

@@ -26,9 +26,7 @@ def status_value(raw: str) -> str:
     for value in ServiceCall.Status.values:
         if raw.lower() == value.lower():
             return value
-    raise argparse.ArgumentTypeError(
-        f"unknown status {raw!r}; choose from {', '.join(ServiceCall.Status.values)}"
-    )
+    raise argparse.ArgumentTypeError(f"unknown status {raw!r}; choose from {', '.join(ServiceCall.Status.values)}")
 
 
 def limit_value(raw: str) -> int:
@@ -69,9 +67,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--tenant", required=True, help="The tenant id.")
         parser.add_argument(
-            "--status", action="append", default=[], type=status_value,
-            help=f"Only calls in this status ({', '.join(ServiceCall.Status.values)}); "
-                 "repeat for any of several.",
+            "--status",
+            action="append",
+            default=[],
+            type=status_value,
+            help=f"Only calls in this status ({', '.join(ServiceCall.Status.values)}); repeat for any of several.",
         )
         parser.add_argument(
             "--tag", action="append", default=[], help="Only calls with this tag; repeat: all must match."
@@ -79,7 +79,9 @@ class Command(BaseCommand):
         parser.add_argument("--q", default="", help="Only calls whose name contains this text (any case).")
         parser.add_argument("--favorite", action="store_true", help="Only starred calls.")
         parser.add_argument(
-            "--limit", type=limit_value, default=DEFAULT_LIMIT,
+            "--limit",
+            type=limit_value,
+            default=DEFAULT_LIMIT,
             help=f"At most this many calls (1-{MAX_LIMIT}, default {DEFAULT_LIMIT}).",
         )
         parser.add_argument(
@@ -96,9 +98,7 @@ class Command(BaseCommand):
             data["q"] = options["q"]
         if options["favorite"]:
             data["favorite"] = "true"
-        filterset = ServiceCallFilter(
-            data, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
-        )
+        filterset = ServiceCallFilter(data, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id)
         if not filterset.is_valid():
             lines = ["Invalid filter:"]
             for field, messages in filter_errors(filterset).items():
@@ -117,12 +117,21 @@ class Command(BaseCommand):
         rows = [("ID", "NAME", "STATUS", "SUBMITTED", "DUE / STARTED", "RESULT", "TAGS")]
         for call in calls:
             when = f"started {_time(call.started_at)}" if call.started_at else f"due {_time(call.due_at)}"
-            rows.append((
-                str(call.service_call_id)[-8:], _clip(call.name, 32), call.status,
-                _time(call.submitted_at), when, _clip(_result(call), 20), ",".join(tags_of(call)),
-            ))
+            rows.append(
+                (
+                    str(call.service_call_id)[-8:],
+                    _clip(call.name, 32),
+                    call.status,
+                    _time(call.submitted_at),
+                    when,
+                    _clip(_result(call), 20),
+                    ",".join(tags_of(call)),
+                )
+            )
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
         for row in rows:
-            self.stdout.write("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+            self.stdout.write(
+                "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+            )
         more = " (the limit; use --limit for more)" if len(calls) == limit else ""
         self.stdout.write(f"{len(calls)} call{'s' if len(calls) != 1 else ''}{more}")

@@ -27,6 +27,10 @@ DEMO_TENANT = "demo"
 OPS_TENANT = "demo-ops"
 ADMIN_USERNAME = "admin"
 KEY_LABEL = "seed_demo"
+# A known login for a local trial: scripts/start runs this command at every start and points
+# to "the demo login printed above", so it must stay printable. The account is no superuser
+# and sees only the demo tenants; the superuser gets a random password.
+DEMO_PASSWORD = "service-agent-demo"
 
 
 @dataclass(frozen=True)
@@ -45,24 +49,58 @@ class DemoCall:
 # and calls still waiting for their due time.
 DEMO_CALLS: dict[str, list[DemoCall]] = {
     DEMO_TENANT: [
-        DemoCall("Echo a new order", "POST", "/echo", ("billing", FAVORITE_TAG),
-                 {"Content-Type": "application/json"}, {"orderId": 1042, "amount": 57.0, "currency": "EUR"}),
+        DemoCall(
+            "Echo a new order",
+            "POST",
+            "/echo",
+            ("billing", FAVORITE_TAG),
+            {"Content-Type": "application/json"},
+            {"orderId": 1042, "amount": 57.0, "currency": "EUR"},
+        ),
         DemoCall("Fetch the order document", "GET", "/json", ("billing",)),
-        DemoCall("Create invoice (201)", "POST", "/echo/invoices?status=201", ("billing",),
-                 {"Authorization": "Bearer demo-secret-token"}, {"invoice": "INV-2042", "lines": 2}),
+        DemoCall(
+            "Create invoice (201)",
+            "POST",
+            "/echo/invoices?status=201",
+            ("billing",),
+            {"Authorization": "Bearer demo-secret-token"},
+            {"invoice": "INV-2042", "lines": 2},
+        ),
         DemoCall("Look up a missing customer (404)", "GET", "/status/404", ("billing",)),
-        DemoCall("Nightly export hits a server error (500)", "POST", "/status/500", ("nightly",),
-                 body="export=all"),
+        DemoCall("Nightly export hits a server error (500)", "POST", "/status/500", ("nightly",), body="export=all"),
         DemoCall("Slow report (1.5 s)", "GET", "/delay/1500", ("nightly", "reports")),
-        DemoCall("Report that times out (5 s delay, 1 s timeout)", "GET", "/delay/5000", ("nightly", "reports"),
-                 timeout_ms=1000),
-        DemoCall("Update settings", "PATCH", "/echo/settings", ("ops",),
-                 {"X-Api-Key": "demo-key-123", "Accept": "application/json"}, {"retention": 7}),
+        DemoCall(
+            "Report that times out (5 s delay, 1 s timeout)",
+            "GET",
+            "/delay/5000",
+            ("nightly", "reports"),
+            timeout_ms=1000,
+        ),
+        DemoCall(
+            "Update settings",
+            "PATCH",
+            "/echo/settings",
+            ("ops",),
+            {"X-Api-Key": "demo-key-123", "Accept": "application/json"},
+            {"retention": 7},
+        ),
         DemoCall("Delete a draft (200 ms)", "DELETE", "/echo/drafts/7?delay=200", ("ops",)),
-        DemoCall("Nightly cleanup (scheduled)", "POST", "/echo/cleanup", ("nightly",),
-                 body={"olderThanDays": 30}, due_in_minutes=2),
-        DemoCall("Billing sync (scheduled)", "PUT", "/echo/billing/sync", ("billing", "nightly"),
-                 body={"full": False}, due_in_minutes=5),
+        DemoCall(
+            "Nightly cleanup (scheduled)",
+            "POST",
+            "/echo/cleanup",
+            ("nightly",),
+            body={"olderThanDays": 30},
+            due_in_minutes=2,
+        ),
+        DemoCall(
+            "Billing sync (scheduled)",
+            "PUT",
+            "/echo/billing/sync",
+            ("billing", "nightly"),
+            body={"full": False},
+            due_in_minutes=5,
+        ),
         DemoCall("Quarterly report (scheduled)", "GET", "/json", ("reports",), due_in_minutes=10),
     ],
     OPS_TENANT: [
@@ -90,16 +128,17 @@ class Command(BaseCommand):
         f"Create demo data; safe to run again. Tenants '{DEMO_TENANT}' and '{OPS_TENANT}', a demo "
         f"user (owner of {DEMO_TENANT}, member of {OPS_TENANT}), a superuser '{ADMIN_USERNAME}' if "
         f"absent, an API key for {DEMO_TENANT}, and calls against the built-in mock target at "
-        "AGENT_BASE_URL/mock/ (only for a tenant that has no calls yet). Passwords and the key "
-        "are printed when they are created; the workers (manage.py qcluster) run the calls."
+        "AGENT_BASE_URL/mock/ (only for a tenant that has no calls yet). The superuser's random "
+        "password and the API key are printed once, when created; the workers (manage.py "
+        "qcluster) run the calls."
     )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--username", default="demo", help="The demo user's name (default: demo).")
         parser.add_argument(
             "--password",
-            help="The demo user's password. Default: a random one when the user is created; "
-                 "given on a later run, it resets the password.",
+            help=f"The demo user's password (default: {DEMO_PASSWORD!r}, printed while it is still the "
+            "password). Given on a later run, it resets the password.",
         )
 
     def handle(self, *args, username: str, password: str | None, **options: Any) -> None:
@@ -128,18 +167,18 @@ class Command(BaseCommand):
         self._report(base_url, username, demo_password, admin_password, raw_key, submitted)
 
     def _demo_user(self, username: str, password: str | None) -> str | None:
-        """The password if it was set now, else None."""
+        """The password to print: one set now, or the default while it still works; else None."""
         user_model = get_user_model()
         user = user_model.objects.filter(username=username).first()
         if user is None:
-            password = password or secrets.token_urlsafe(12)
+            password = password or DEMO_PASSWORD
             user_model.objects.create_user(username=username, password=password)
             return password
         if password is not None:
             user.set_password(password)
             user.save(update_fields=["password"])
             return password
-        return None
+        return DEMO_PASSWORD if user.check_password(DEMO_PASSWORD) else None
 
     def _admin(self) -> str | None:
         user_model = get_user_model()
@@ -164,8 +203,13 @@ class Command(BaseCommand):
         return len(DEMO_CALLS[tenant_id])
 
     def _report(
-        self, base_url: str, username: str, demo_password: str | None, admin_password: str | None,
-        raw_key: str | None, submitted: dict[str, int],
+        self,
+        base_url: str,
+        username: str,
+        demo_password: str | None,
+        admin_password: str | None,
+        raw_key: str | None,
+        submitted: dict[str, int],
     ) -> None:
         out = self.stdout.write
         out(self.style.SUCCESS("Demo data ready."))
@@ -174,15 +218,21 @@ class Command(BaseCommand):
         out(f"  API docs:     {base_url}/api/docs/")
         out(f"  Mock target:  {base_url}/mock/")
         out("Logins:")
-        shown = demo_password if demo_password else "(unchanged; pass --password to set a new one)"
+        shown = demo_password if demo_password else "(changed earlier; pass --password to set a new one)"
         out(f"  {username} / {shown}   owner of {DEMO_TENANT}, member of {OPS_TENANT}")
-        shown = admin_password if admin_password else "(exists; unchanged)"
+        shown = admin_password if admin_password else "(exists; unchanged; reset: manage.py changepassword admin)"
         out(f"  {ADMIN_USERNAME} / {shown}   superuser, for the admin")
+        if demo_password == DEMO_PASSWORD:
+            out(
+                "  (the demo password is the documented default: set another with --password if others can reach this server)"
+            )
         if raw_key:
             out(f"API key for tenant {DEMO_TENANT} (shown once; store it now):")
             out(f"  {raw_key}")
         else:
-            out(f"API key for tenant {DEMO_TENANT}: created earlier (make another: manage.py create_api_key {DEMO_TENANT})")
+            out(
+                f"API key for tenant {DEMO_TENANT}: created earlier (make another: manage.py create_api_key {DEMO_TENANT})"
+            )
         for slug, count in submitted.items():
             if count:
                 out(f"Calls: submitted {count} to {slug}.")

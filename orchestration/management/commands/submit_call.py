@@ -13,7 +13,7 @@ from eventservice.errors import ApplicationError
 from eventservice.ids import iso_ms, new_id, utcnow
 from orchestration.management.commands._cli import command_error, require_tenant
 from orchestration.services import service_call_submit
-from orchestration.validation import MAX_AHEAD, METHODS, MAX_TIMEOUT_MS, validate_submission
+from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, METHODS, validate_submission
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
 OPTION_OF_FIELD = {
@@ -72,32 +72,40 @@ class Command(BaseCommand):
         parser.add_argument("--method", required=True, help=f"HTTP method: {', '.join(METHODS)}.")
         parser.add_argument("--url", required=True, help="Absolute http or https URL.")
         parser.add_argument(
-            "--header", action="append", default=[], metavar="NAME:VALUE",
+            "--header",
+            action="append",
+            default=[],
+            metavar="NAME:VALUE",
             help="A request header; repeat for several. Secret values (Authorization, *key*, "
-                 "*token*, ...) are encrypted at rest and never shown again.",
+            "*token*, ...) are encrypted at rest and never shown again.",
         )
         parser.add_argument("--body", help="The request body, sent as given (a string).")
         parser.add_argument(
-            "--json-body", action="store_true",
+            "--json-body",
+            action="store_true",
             help="Parse --body as JSON and send it as JSON (Content-Type: application/json unless a "
-                 "content type header is given).",
+            "content type header is given).",
         )
         when = parser.add_mutually_exclusive_group()
         when.add_argument(
-            "--due", metavar="ISO",
+            "--due",
+            metavar="ISO",
             help="When the call is due: ISO 8601 with a time zone, e.g. 2030-01-31T09:00:00Z. "
-                 "Absent or past means now.",
+            "Absent or past means now.",
         )
         when.add_argument("--in", dest="due_in", metavar="DELAY", help="Due after this delay: 30s, 5m, 2h or 1d.")
         parser.add_argument("--tag", action="append", default=[], help="A tag; repeat for several.")
         parser.add_argument(
-            "--timeout-ms", type=int, metavar="N",
+            "--timeout-ms",
+            type=int,
+            metavar="N",
             help=f"Timeout of the attempt in milliseconds (1-{MAX_TIMEOUT_MS}; default EXECUTION_TIMEOUT_MS).",
         )
         parser.add_argument(
-            "--idempotency-key", metavar="KEY",
+            "--idempotency-key",
+            metavar="KEY",
             help="Submitting again with the same key and the same call prints the existing call's id; "
-                 "with a different call it fails.",
+            "with a different call it fails.",
         )
 
     def handle(self, *args, **options: Any) -> None:

@@ -20,9 +20,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("tenant", help="The tenant id the key acts for.")
         parser.add_argument("--label", default="", help="A note saying who or what uses the key (max 200 chars).")
-        parser.add_argument(
-            "--quiet", action="store_true", help="Print only the key (for scripts)."
-        )
+        parser.add_argument("--quiet", action="store_true", help="Print only the key (for scripts).")
 
     def handle(self, *args, tenant: str, label: str, quiet: bool, **options) -> None:
         if len(label) > MAX_LABEL:
@@ -34,7 +32,8 @@ class Command(BaseCommand):
         if quiet:
             self.stdout.write(raw)
             return
-        self.stdout.write(f"Created API key {key.prefix}… for tenant {key.tenant_id}"
-                          + (f" ({key.label})" if key.label else "") + ".")
+        self.stdout.write(
+            f"Created API key {key.prefix}… for tenant {key.tenant_id}" + (f" ({key.label})" if key.label else "") + "."
+        )
         self.stdout.write("Store it now; it is not shown again:")
         self.stdout.write(raw)
