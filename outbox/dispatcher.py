@@ -79,6 +79,7 @@ def dispatch_batch(*, limit: int = 500, sinks: Sequence[Sink] | None = None) -> 
 
 
 def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str]) -> None:
+    done = set(published)
     with transaction.atomic():
         now = utcnow()
         if published:
@@ -90,7 +91,7 @@ def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str
                     attempts=attempts, last_error=failed[row.pk], locked_until=None,
                     next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)),
                 )
-        skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in set(published)]
+        skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in done]
         if skipped:
             OutboxEvent.objects.filter(pk__in=skipped).update(locked_until=None)
 

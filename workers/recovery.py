@@ -17,7 +17,7 @@ from django.conf import settings
 
 from eventservice.ids import utcnow
 from execution.models import HttpExecution
-from execution.outcomes import ErrorKind, Outcome
+from execution.outcomes import Outcome
 from execution.selectors import attempts_by_call, attempts_sending
 from execution.services import Attempt, attempts_interrupt, outcome_of
 from orchestration.selectors import service_calls_running
@@ -75,7 +75,3 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
             execute(claimed)
             moved += len(claimed)
     return moved
-
-
-def interrupted_outcome(reason: str) -> Outcome:
-    return Outcome.failure(ErrorKind.INTERRUPTED, reason)
