@@ -142,7 +142,7 @@ def test_a_due_time_in_the_past_means_now(world):
     ("due", "message"),
     [
         ("2030-01-31T10:00:00", "--due/--in: dueAt must carry a time zone"),
-        ("tomorrow", "--due/--in: dueAt is not a valid ISO 8601 date-time."),
+        ("tomorrow", "--due/--in: dueAt is not a valid ISO 8601 date-time"),
         ("2099-01-01T00:00:00Z", "--due/--in: dueAt must be at most one year ahead."),
     ],
 )
