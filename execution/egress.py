@@ -2,15 +2,20 @@
 
 The host is resolved once, every address is checked, and the connection goes to the checked
 address (Host header and TLS server name kept), so DNS rebinding cannot slip between the
-check and the connect. Alternate address forms (`0x7f000001`, `2130706433`, `127.1`,
-`[::ffff:127.0.0.1]`) resolve to the address they denote and are refused like it.
+check and the connect: urllib3 is handed the address, never the name, and resolves nothing.
+Alternate address forms (`0x7f000001`, `2130706433`, `017700000001`, `127.1`,
+`[::ffff:127.0.0.1]`) are parsed like the C library parses them and refused like the address
+they denote. See docs/security.md.
 """
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
+import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -21,40 +26,73 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
 
-# Ranges refused besides what `ipaddress` flags as non-global (named for clear messages).
-_NAMED_RANGES: list[tuple[str, ipaddress.IPv4Network | ipaddress.IPv6Network]] = [
-    ("metadata", ipaddress.ip_network("169.254.169.254/32")),
-    ("metadata", ipaddress.ip_network("fd00:ec2::254/128")),
-    ("loopback", ipaddress.ip_network("127.0.0.0/8")),
-    ("loopback", ipaddress.ip_network("::1/128")),
-    ("unspecified", ipaddress.ip_network("0.0.0.0/8")),
-    ("unspecified", ipaddress.ip_network("::/128")),
-    ("private", ipaddress.ip_network("10.0.0.0/8")),
-    ("private", ipaddress.ip_network("172.16.0.0/12")),
-    ("private", ipaddress.ip_network("192.168.0.0/16")),
-    ("carrier-grade NAT", ipaddress.ip_network("100.64.0.0/10")),
-    ("link-local", ipaddress.ip_network("169.254.0.0/16")),
-    ("link-local", ipaddress.ip_network("fe80::/10")),
-    ("unique-local", ipaddress.ip_network("fc00::/7")),
-    ("multicast", ipaddress.ip_network("224.0.0.0/4")),
-    ("multicast", ipaddress.ip_network("ff00::/8")),
-    ("reserved", ipaddress.ip_network("240.0.0.0/4")),
-    ("benchmarking", ipaddress.ip_network("198.18.0.0/15")),
-    ("documentation", ipaddress.ip_network("192.0.2.0/24")),
-    ("documentation", ipaddress.ip_network("198.51.100.0/24")),
-    ("documentation", ipaddress.ip_network("203.0.113.0/24")),
-    ("documentation", ipaddress.ip_network("2001:db8::/32")),
-    ("IETF protocol assignments", ipaddress.ip_network("192.0.0.0/24")),
-    ("NAT64", ipaddress.ip_network("64:ff9b::/96")),
-    ("6to4", ipaddress.ip_network("2002::/16")),
-    ("Teredo", ipaddress.ip_network("2001::/32")),
+# Ranges refused, named for clear messages. `classify` also refuses whatever `ipaddress` does
+# not consider global, so this list is about naming, and about ranges it would let through.
+_NAMED_RANGES: list[tuple[str, IPNetwork]] = [
+    (name, ipaddress.ip_network(cidr))
+    for name, cidr in [
+        ("metadata", "169.254.169.254/32"),
+        ("metadata", "fd00:ec2::254/128"),
+        ("loopback", "127.0.0.0/8"),
+        ("loopback", "::1/128"),
+        ("unspecified", "0.0.0.0/8"),
+        ("unspecified", "::/128"),
+        ("private", "10.0.0.0/8"),
+        ("private", "172.16.0.0/12"),
+        ("private", "192.168.0.0/16"),
+        ("carrier-grade NAT", "100.64.0.0/10"),
+        ("link-local", "169.254.0.0/16"),
+        ("link-local", "fe80::/10"),
+        ("unique-local", "fc00::/7"),
+        ("site-local", "fec0::/10"),
+        ("multicast", "224.0.0.0/4"),
+        ("multicast", "ff00::/8"),
+        ("broadcast", "255.255.255.255/32"),
+        ("reserved", "240.0.0.0/4"),
+        ("benchmarking", "198.18.0.0/15"),
+        ("benchmarking", "2001:2::/48"),
+        ("documentation", "192.0.2.0/24"),
+        ("documentation", "198.51.100.0/24"),
+        ("documentation", "203.0.113.0/24"),
+        ("documentation", "2001:db8::/32"),
+        ("IETF protocol assignments", "192.0.0.0/24"),
+        ("6to4 relay", "192.88.99.0/24"),
+        ("discard-only", "100::/64"),
+        # Translation prefixes can carry any IPv4 address, a private one included.
+        ("NAT64", "64:ff9b::/96"),
+        ("NAT64", "64:ff9b:1::/48"),
+        ("IPv4-translated", "::ffff:0:0:0/96"),
+        ("6to4", "2002::/16"),
+        ("Teredo", "2001::/32"),
+    ]
 ]
+
+# Headers the agent sets itself, hop-by-hop headers, and headers that would let a caller
+# smuggle a second request or steer a proxy (SPEC §11). `Proxy-*` is refused as a prefix.
+REFUSED_HEADERS = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+    "trailers", "upgrade",
+})
 
 
 class EgressDenied(Exception):
     """The target is not an address the agent may reach."""
+
+
+class ResolveTimeout(TimeoutError):
+    """The name did not resolve before the attempt's deadline."""
+
+
+class ResponseHeadersTooLarge(http.client.HTTPException):
+    """The response's header section exceeds the configured count or size."""
+
+
+def refused_header(name: str) -> bool:
+    lowered = name.strip().lower()
+    return lowered in REFUSED_HEADERS or lowered.startswith("proxy-")
 
 
 def classify(address: IPAddress) -> str | None:
@@ -73,38 +111,116 @@ def classify(address: IPAddress) -> str | None:
 
 
 def _ipv4_compatible(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    # Deprecated ::a.b.c.d form: the top 96 bits are zero.
+    # Deprecated ::a.b.c.d form: the top 96 bits are zero (:: and ::1 are named ranges).
     if int(address) >> 32 == 0 and int(address) > 1:
         return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
+
+
+def _unwrap(address: IPAddress) -> IPAddress:
+    """`::ffff:a.b.c.d` is connected to (and matched) as `a.b.c.d`."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+_INET_ATON = re.compile(r"[0-9a-fA-FxX.]+")
+
+
+def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address the C library's inet_aton reads in `host` (1-4 parts; each decimal,
+    0-prefixed octal or 0x-prefixed hex; the last part fills the remaining bytes), or None.
+    Written out rather than calling socket.inet_aton, which accepts trailing garbage."""
+    if not _INET_ATON.fullmatch(host):
+        return None
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    values = []
+    for part in parts:
+        try:
+            if part[:2].lower() == "0x":
+                values.append(int(part[2:], 16))  # "0x" alone raises: not an address
+            elif len(part) > 1 and part[0] == "0":
+                values.append(int(part[1:], 8))
+            else:
+                values.append(int(part, 10))
+        except ValueError:
+            return None
+    *leading, last = values
+    if any(v > 0xFF for v in leading) or last >= 1 << (8 * (4 - len(leading))):
+        return None
+    number = 0
+    for v in leading:
+        number = number << 8 | v
+    return ipaddress.IPv4Address(number << (8 * (4 - len(leading))) | last)
+
+
+def parse_ip_literal(host: str) -> IPAddress | None:
+    """The address `host` denotes if it is an IP literal in any form the resolver would
+    accept (dotted, shortened, octal, hex, decimal, IPv6 with or without brackets)."""
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return _inet_aton(host)
+
+
+def normalize_host(host: str) -> str:
+    """The host as requests will send it: lower case, IDNA-encoded when not ASCII (so
+    `１２７.０.０.１` becomes `127.0.0.1` here, as it will on the wire). Raises ValueError."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        return host[1:-1]
+    if not host.isascii():
+        import idna
+
+        try:
+            host = idna.encode(host, uts46=True).decode("ascii")
+        except idna.IDNAError as exc:
+            raise ValueError(f"the host is not a valid international name ({exc})") from None
+    return host
 
 
 @dataclass(frozen=True)
 class AllowRule:
     host: str | None = None
     port: int | None = None
-    network: ipaddress.IPv4Network | ipaddress.IPv6Network | None = None
+    network: IPNetwork | None = None
+    # "*.example.com": any name below example.com (not example.com itself).
+    suffix: str | None = None
 
     def matches(self, host: str, port: int, address: IPAddress) -> bool:
+        if self.port is not None and self.port != port:
+            return False
         if self.network is not None:
-            if address.version == self.network.version and address in self.network:
-                return self.port is None or self.port == port
-            mapped = getattr(address, "ipv4_mapped", None)
-            return mapped is not None and mapped in self.network and (self.port is None or self.port == port)
-        if self.host is not None and self.host == host.lower().rstrip("."):
-            return self.port is None or self.port == port
+            address = _unwrap(address)
+            return address.version == self.network.version and address in self.network
+        name = host.lower().rstrip(".")
+        if self.host is not None:
+            return self.host == name
+        if self.suffix is not None:
+            return name.endswith("." + self.suffix)
         return False
 
 
 def parse_allow_rule(entry: str) -> AllowRule:
-    """`host`, `host:port`, `[v6]:port`, an address, or a CIDR; raises ValueError."""
+    """`host`, `host:port`, `*.domain`, `[v6]:port`, an address, or a CIDR; raises ValueError."""
     entry = entry.strip()
     if not entry:
         raise ValueError("empty allowlist entry")
+    if "/" not in entry and "://" not in entry:
+        literal = parse_ip_literal(entry)
+        if literal is not None:
+            return AllowRule(network=ipaddress.ip_network(_unwrap(literal)))
     try:
         return AllowRule(network=ipaddress.ip_network(entry, strict=False))
     except ValueError:
         pass
+    if "://" in entry or "/" in entry or "@" in entry:
+        raise ValueError(f"bad allowlist entry {entry!r}: give a host, host:port or CIDR, not a URL")
     host, port = entry, None
     if entry.startswith("["):
         close = entry.find("]")
@@ -114,28 +230,70 @@ def parse_allow_rule(entry: str) -> AllowRule:
         if rest:
             if not rest.startswith(":"):
                 raise ValueError(f"bad allowlist entry {entry!r}")
-            port = int(rest[1:])
+            port = _port(rest[1:], entry)
     elif entry.count(":") == 1:
         host, raw_port = entry.split(":")
-        port = int(raw_port)
-    if port is not None and not 1 <= port <= 65535:
+        port = _port(raw_port, entry)
+    elif ":" in entry:
+        raise ValueError(f"bad allowlist entry {entry!r}: write IPv6 addresses with a port as [addr]:port")
+    literal = parse_ip_literal(host)
+    if literal is not None:
+        return AllowRule(network=ipaddress.ip_network(_unwrap(literal)), port=port)
+    host = normalize_host(host).rstrip(".")
+    if host.startswith("*."):
+        suffix = host[2:]
+        if not suffix or "*" in suffix:
+            raise ValueError(f"bad allowlist entry {entry!r}")
+        return AllowRule(suffix=suffix, port=port)
+    if not host or "*" in host or not re.fullmatch(r"[a-z0-9_.-]+", host):
+        raise ValueError(f"bad allowlist entry {entry!r}")
+    return AllowRule(host=host, port=port)
+
+
+def _port(raw: str, entry: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
         raise ValueError(f"bad port in allowlist entry {entry!r}")
-    try:
-        address = ipaddress.ip_address(host)
-        return AllowRule(network=ipaddress.ip_network(address), port=port)
-    except ValueError:
-        return AllowRule(host=host.lower().rstrip("."), port=port)
+    return int(raw)
+
+
+# --- Resolution, bounded by the attempt's deadline ----------------------------------------
+
+_attempt = threading.local()
 
 
 def _system_resolver(host: str, port: int) -> list[str]:
+    """getaddrinfo, abandoned (not awaited) when the attempt's deadline passes first: the C
+    resolver cannot be interrupted, and a hung lookup must cost one attempt, not a worker."""
+    deadline = getattr(_attempt, "deadline", None)
+    if deadline is None:
+        return _getaddrinfo(host, port)
+    outcome: dict[str, object] = {}
+    done = threading.Event()
+
+    def lookup() -> None:
+        try:
+            outcome["addresses"] = _getaddrinfo(host, port)
+        except BaseException as exc:  # handed to the waiting thread
+            outcome["error"] = exc
+        done.set()
+
+    threading.Thread(target=lookup, name="egress-resolve", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise ResolveTimeout(f"{host} did not resolve in time")
+    if "error" in outcome:
+        raise outcome["error"]  # type: ignore[misc]
+    return outcome["addresses"]  # type: ignore[return-value]
+
+
+def _getaddrinfo(host: str, port: int) -> list[str]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(info[4][0] for info in infos))
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 @dataclass(frozen=True)
 class Target:
     scheme: str
-    host: str  # as written in the URL (for Host and TLS server name)
+    host: str  # as written in the URL, normalized (for Host and TLS server name)
     port: int
     address: str  # the checked address the connection goes to
 
@@ -160,26 +318,53 @@ class EgressPolicy:
         return any(rule.matches(host, port, address) for rule in self.rules)
 
     def check_address(self, host: str, port: int, address: str | IPAddress) -> IPAddress:
-        """The decision on one resolved address; raises EgressDenied."""
+        """The decision on one resolved address; raises EgressDenied. Returns the address to
+        connect to (an IPv4-mapped IPv6 address as the IPv4 address it carries)."""
         ip = ipaddress.ip_address(address) if isinstance(address, str) else address
         if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
-            raise EgressDenied(f"scoped IPv6 address {ip} is refused")
+            raise EgressDenied(f"the scoped IPv6 address {ip} is refused")
         reason = classify(ip)
         if reason is not None and not self.is_allowed(host, port, ip):
-            raise EgressDenied(f"{host} resolves to {ip}, a {reason} address; not in EGRESS_ALLOWLIST")
-        return ip
+            shown = host if parse_ip_literal(host) is None else "the URL"
+            raise EgressDenied(f"{shown} points to {_unwrap(ip)}, a {reason} address, not in EGRESS_ALLOWLIST")
+        return _unwrap(ip)
+
+    def literal_refusal(self, url: str) -> str | None:
+        """Why a URL whose host is an IP literal (in any form) is refused, or None: lets the
+        edge answer 400 at once. A host name is only judged when the call runs."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            host = normalize_host(parts.hostname or "")
+        except ValueError:
+            return None
+        literal = parse_ip_literal(host)
+        if literal is None:
+            return None
+        try:
+            self.check_address(host, port, literal)
+        except EgressDenied as exc:
+            return str(exc)
+        return None
 
     def resolve(self, url: str) -> Target:
+        """Resolve the URL's host once and check every address; raises EgressDenied,
+        OSError (the name does not resolve) or ResolveTimeout."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
-            raise EgressDenied(f"scheme {parts.scheme!r} is refused; only http and https")
-        host = parts.hostname
+            raise EgressDenied(f"the scheme {parts.scheme!r} is refused; only http and https")
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            host = normalize_host(parts.hostname or "")
+        except ValueError as exc:
+            raise EgressDenied(f"the URL is malformed: {exc}") from None
         if not host:
             raise EgressDenied("the URL names no host")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = self.resolver(host, port)
+        literal = parse_ip_literal(host)
+        # A literal is never handed to a resolver: what is checked is what it denotes.
+        addresses: list[str | IPAddress] = [literal] if literal is not None else list(self.resolver(host, port))
         if not addresses:
-            raise OSError(f"{host} has no address")
+            raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
         # Every address must pass: a name answering both a public and a private address
         # could otherwise be steered to the private one.
         checked = [self.check_address(host, port, address) for address in addresses]
@@ -187,20 +372,27 @@ class EgressPolicy:
 
 
 def own_mock_target_rules() -> Iterable[AllowRule]:
-    """The embedded default may call its own mock target (SPEC §11)."""
-    base = urlsplit(settings.AGENT_BASE_URL)
-    if base.hostname and base.port:
-        yield parse_allow_rule(f"{base.hostname}:{base.port}" if ":" not in base.hostname
-                               else f"[{base.hostname}]:{base.port}")
-        if base.hostname in ("localhost", "127.0.0.1", "::1"):
-            yield AllowRule(network=ipaddress.ip_network("127.0.0.1/32"), port=base.port)
-            yield AllowRule(network=ipaddress.ip_network("::1/128"), port=base.port)
+    """The embedded default may call its own mock target (SPEC §11): the host and port of
+    AGENT_BASE_URL, and the loopback addresses on that port when it names this machine."""
+    try:
+        base = urlsplit(settings.AGENT_BASE_URL)
+        port = base.port or (443 if base.scheme == "https" else 80)
+    except ValueError:
+        return
+    host = base.hostname
+    if not host:
+        return
+    literal = parse_ip_literal(host)
+    if literal is not None:
+        yield AllowRule(network=ipaddress.ip_network(_unwrap(literal)), port=port)
+    else:
+        yield AllowRule(host=host.lower().rstrip("."), port=port)
+    if host in ("localhost", "127.0.0.1", "::1"):
+        yield AllowRule(network=ipaddress.ip_network("127.0.0.1/32"), port=port)
+        yield AllowRule(network=ipaddress.ip_network("::1/128"), port=port)
 
 
-# --- Connections pinned to the checked address -----------------------------------------------
-
-_attempt = threading.local()
-
+# --- Connections pinned to the checked address, with bounded response headers ------------
 
 def track_sockets() -> list[socket.socket]:
     """Start collecting the sockets this thread opens (closed by the attempt's deadline)."""
@@ -214,13 +406,66 @@ def _register(sock: socket.socket | None) -> None:
         sockets.append(sock)
 
 
+class _HeaderBudget:
+    """Wraps the response's reader while http.client reads the status line and headers:
+    refuses more than `max_lines` header lines or `max_bytes` in all."""
+
+    def __init__(self, fp, max_lines: int, max_bytes: int) -> None:
+        self._fp = fp
+        self._lines_left = max_lines + 2  # the status line and the blank line end
+        self._bytes_left = max_bytes
+        self._max_lines = max_lines
+        self._max_bytes = max_bytes
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self._lines_left <= 0:
+            raise ResponseHeadersTooLarge(f"the response has more than {self._max_lines} headers")
+        if limit < 0 or limit > self._bytes_left + 1:
+            limit = self._bytes_left + 1
+        line = self._fp.readline(limit)
+        self._lines_left -= 1
+        self._bytes_left -= len(line)
+        if self._bytes_left < 0:
+            raise ResponseHeadersTooLarge(f"the response headers exceed {self._max_bytes} bytes")
+        return line
+
+    def close(self) -> None:
+        self._fp.close()
+
+    def __getattr__(self, name: str):
+        return getattr(self._fp, name)
+
+
+class _BoundedHTTPResponse(http.client.HTTPResponse):
+    def begin(self) -> None:
+        if self.headers is not None:
+            return
+        original = self.fp
+        # 1xx interim responses count against the same budget: a server cannot stream
+        # "100 Continue" forever.
+        self.fp = _HeaderBudget(original, settings.RESPONSE_MAX_HEADERS, _max_header_bytes())
+        try:
+            super().begin()
+        finally:
+            if self.fp is not None:  # None when http.client already closed it
+                self.fp = original
+
+
+def _max_header_bytes() -> int:
+    return getattr(settings, "RESPONSE_MAX_HEADER_BYTES", 64 * 1024)
+
+
 class _TrackedHTTPConnection(HTTPConnection):
+    response_class = _BoundedHTTPResponse
+
     def connect(self) -> None:
         super().connect()
         _register(self.sock)
 
 
 class _TrackedHTTPSConnection(HTTPSConnection):
+    response_class = _BoundedHTTPResponse
+
     def connect(self) -> None:
         super().connect()
         _register(self.sock)
@@ -242,13 +487,15 @@ class _PinnedHTTPSPool(_TrackingPoolMixin, HTTPSConnectionPool):
 
 
 class PinnedAdapter(HTTPAdapter):
-    """A requests adapter that checks the egress policy and connects to the checked address."""
-
-    policy: EgressPolicy | None = None
+    """A requests adapter that checks the egress policy and connects to the checked address.
+    Proxies are never used: the pool is always the target's own."""
 
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        raise EgressDenied("proxies are not used for egress")
 
     def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
         policy = getattr(_attempt, "policy", None) or EgressPolicy.from_settings()
@@ -269,3 +516,8 @@ class PinnedAdapter(HTTPAdapter):
 def use_policy(policy: EgressPolicy | None) -> None:
     """Set the policy the adapter applies in this thread (None: from settings)."""
     _attempt.policy = policy
+
+
+def use_deadline(deadline: float | None) -> None:
+    """Bound name resolution in this thread by a time.monotonic() deadline (None: unbounded)."""
+    _attempt.deadline = deadline

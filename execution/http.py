@@ -1,18 +1,31 @@
 """One HTTP attempt with `requests`: no redirects, no proxies, bounded in time and size.
 
 Never call this inside a database transaction (SPEC §3 rule 7); `perform` checks.
+
+Bounds (docs/security.md): one deadline for the whole attempt (resolution, connect, headers
+and body: a server dripping a byte at a time cannot stretch it), at most
+RESPONSE_MAX_HEADERS headers in RESPONSE_MAX_HEADER_BYTES, and at most
+RESPONSE_BODY_MAX_BYTES of body *after* decompression (urllib3 inflates incrementally, never
+more than it is asked for, so a gzip bomb costs the cap, not its expanded size).
 """
 
 from __future__ import annotations
 
+import errno
+import heapq
+import http.client
+import itertools
 import json
 import socket
+import ssl
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import requests
+import urllib3.exceptions
 from django.conf import settings
 from django.db import connection
 
@@ -20,10 +33,14 @@ from execution.egress import (
     EgressDenied,
     EgressPolicy,
     PinnedAdapter,
+    ResponseHeadersTooLarge,
+    refused_header,
     track_sockets,
+    use_deadline,
     use_policy,
 )
 from execution.outcomes import ErrorKind, Outcome
+from orchestration.secrets import REDACTED, is_secret_header, redact_headers
 
 
 @dataclass(frozen=True)
@@ -69,6 +86,59 @@ def encode_body(body: Any, headers: dict[str, str]) -> tuple[bytes | None, dict[
     return json.dumps(body, separators=(",", ":")).encode(), headers
 
 
+# --- The whole-attempt deadline -----------------------------------------------------------
+
+class _DeadlineWatch:
+    """One thread for every attempt's deadline (a heap), instead of a timer thread each."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int]] = []
+        self._callbacks: dict[int, Callable[[], None]] = {}
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def arm(self, at: float, callback: Callable[[], None]) -> int:
+        with self._cond:
+            handle = next(self._counter)
+            self._callbacks[handle] = callback
+            heapq.heappush(self._heap, (at, handle))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="attempt-deadlines", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+            return handle
+
+    def cancel(self, handle: int) -> None:
+        with self._cond:
+            self._callbacks.pop(handle, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._heap and self._heap[0][1] not in self._callbacks:
+                    heapq.heappop(self._heap)  # cancelled
+                if not self._heap:
+                    self._cond.wait(1.0)
+                    continue
+                at, handle = self._heap[0]
+                wait = at - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(wait)
+                    continue
+                heapq.heappop(self._heap)
+                callback = self._callbacks.pop(handle)
+            try:
+                callback()
+            except Exception:  # a failing callback must not stop other attempts' deadlines
+                pass
+
+
+_deadlines = _DeadlineWatch()
+
+
+# --- The attempt --------------------------------------------------------------------------
+
 def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outcome:
     """Send the request once and describe what happened. Never raises."""
     if connection.in_atomic_block:
@@ -76,17 +146,23 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     started = time.monotonic()
     timeout_s = request.timeout_ms / 1000
     deadline = started + timeout_s
+    secrets = [v for k, v in request.headers.items() if is_secret_header(k) and isinstance(v, str) and v]
 
     def latency() -> int:
         return int((time.monotonic() - started) * 1000)
 
-    def timed_out() -> Outcome:
-        return Outcome.failure(
-            ErrorKind.TIMEOUT, f"no complete response within {request.timeout_ms} ms", latency_ms=latency()
-        )
+    def failure(kind: str, message: str, status: int | None = None) -> Outcome:
+        return Outcome.failure(kind, _scrub(message, secrets), status=status, latency_ms=latency())
 
-    data, headers = encode_body(request.body, dict(request.headers))
+    def timed_out() -> Outcome:
+        return failure(ErrorKind.TIMEOUT, f"no complete response within {request.timeout_ms} ms")
+
+    refused = [name for name in request.headers if refused_header(name)]
+    if refused:
+        return failure(ErrorKind.EGRESS_DENIED, f"the header {refused[0]!r} is set by the agent and refused")
+
     use_policy(policy)
+    use_deadline(deadline)
     sockets = track_sockets()
     expired = threading.Event()
 
@@ -100,48 +176,39 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
             except OSError:
                 pass
 
-    timer = threading.Timer(timeout_s, on_deadline)
-    timer.daemon = True
-    timer.start()
+    handle = _deadlines.arm(deadline, on_deadline)
     response = None
     try:
+        data, headers = encode_body(request.body, dict(request.headers))
         response = _session().request(
             request.method, request.url, headers=headers, data=data,
             timeout=(timeout_s, timeout_s), allow_redirects=False, stream=True,
         )
-        if len(response.raw.headers) > settings.RESPONSE_MAX_HEADERS:
-            return Outcome.failure(
-                ErrorKind.NETWORK_ERROR,
-                f"the response has more than {settings.RESPONSE_MAX_HEADERS} headers",
-                status=response.status_code, latency_ms=latency(),
-            )
+        if expired.is_set():  # the headers may have been cut short by the deadline
+            raise _DeadlineExceeded
         body, truncated = _read_capped(response, deadline, expired)
     except EgressDenied as exc:
-        return Outcome.failure(ErrorKind.EGRESS_DENIED, str(exc), latency_ms=latency())
-    except (_DeadlineExceeded, requests.exceptions.Timeout):
+        return failure(ErrorKind.EGRESS_DENIED, str(exc))
+    except _DeadlineExceeded:
         return timed_out()
-    except requests.exceptions.SSLError as exc:
-        return Outcome.failure(ErrorKind.TLS_ERROR, _short(exc), latency_ms=latency())
-    except (requests.exceptions.ConnectionError, requests.exceptions.ChunkedEncodingError,
-            requests.exceptions.ContentDecodingError, OSError) as exc:
-        if expired.is_set():
+    except Exception as exc:
+        if expired.is_set() or time.monotonic() >= deadline:
             return timed_out()
-        return Outcome.failure(ErrorKind.NETWORK_ERROR, _short(exc), latency_ms=latency())
-    except Exception as exc:  # a bug or an exotic failure: typed, never lost
-        return Outcome.failure(
-            ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {_short(exc)}", latency_ms=latency()
-        )
+        kind, message = describe_error(exc)
+        return timed_out() if kind == ErrorKind.TIMEOUT else failure(kind, message)
     finally:
-        timer.cancel()
+        _deadlines.cancel(handle)
         if response is not None:
             response.close()
         sockets.clear()
         use_policy(None)
+        use_deadline(None)
 
     snippet_bytes = settings.RESPONSE_BODY_SNIPPET_BYTES
     snippet = body[:snippet_bytes].decode("utf-8", errors="replace")
     truncated = truncated or len(body) > snippet_bytes
-    headers_out = dict(list(response.headers.items())[: settings.RESPONSE_MAX_HEADERS])
+    # Secret response headers (Set-Cookie, ...) are redacted before anything stores them.
+    headers_out = redact_headers(dict(list(response.headers.items())[: settings.RESPONSE_MAX_HEADERS]))
     status = response.status_code
     if 200 <= status < 300:
         return Outcome(
@@ -151,7 +218,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     return Outcome(
         succeeded=False, status=status, headers=headers_out, body_snippet=snippet,
         body_truncated=truncated, latency_ms=latency(), error_kind=ErrorKind.HTTP_ERROR,
-        error_message=f"HTTP {status} {response.reason or ''}".strip(),
+        error_message=_scrub(f"HTTP {status} {response.reason or ''}".strip()[:200], secrets),
     )
 
 
@@ -172,5 +239,103 @@ def _read_capped(response: requests.Response, deadline: float, expired: threadin
     return b"".join(chunks), False
 
 
+# --- Short, human error messages ----------------------------------------------------------
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and everything it wraps (requests and urllib3 nest them in args,
+    `reason`, `__cause__` and `__context__`), breadth first, each once."""
+    seen: set[int] = set()
+    queue = [exc]
+    while queue:
+        current = queue.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        nested = [*current.args, getattr(current, "reason", None), current.__cause__, current.__context__]
+        queue.extend(item for item in nested if isinstance(item, BaseException))
+
+
+_ERRNO_MESSAGES = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ECONNRESET: "connection reset",
+    errno.ECONNABORTED: "connection aborted",
+    errno.EPIPE: "connection closed while sending the request",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ENETUNREACH: "network unreachable",
+    errno.EADDRNOTAVAIL: "address not available",
+}
+
+
+def describe_error(exc: BaseException) -> tuple[str, str]:
+    """(ErrorKind, short message) for an exception raised by an attempt."""
+    causes = list(_causes(exc))
+    for cause in causes:
+        if isinstance(cause, EgressDenied):
+            return ErrorKind.EGRESS_DENIED, str(cause)
+    for cause in causes:
+        if isinstance(cause, socket.gaierror):
+            if cause.errno == socket.EAI_AGAIN:
+                return ErrorKind.NETWORK_ERROR, "name resolution failed temporarily"
+            return ErrorKind.NETWORK_ERROR, "name does not resolve"
+        if isinstance(cause, urllib3.exceptions.NameResolutionError):
+            return ErrorKind.NETWORK_ERROR, "name does not resolve"
+        if isinstance(cause, OSError) and cause.errno in _ERRNO_MESSAGES:
+            return ErrorKind.NETWORK_ERROR, _ERRNO_MESSAGES[cause.errno]
+    for cause in causes:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return ErrorKind.TLS_ERROR, f"certificate verify failed: {cause.verify_message}"[:200]
+        if isinstance(cause, (ssl.CertificateError, urllib3.exceptions.CertificateError)):
+            return ErrorKind.TLS_ERROR, "certificate does not match the host name"
+        if isinstance(cause, ssl.SSLError):
+            reason = getattr(cause, "reason", None) or "handshake failed"
+            return ErrorKind.TLS_ERROR, f"TLS error: {str(reason).lower().replace('_', ' ')}"
+    for cause in causes:
+        if isinstance(cause, ResponseHeadersTooLarge):
+            return ErrorKind.NETWORK_ERROR, str(cause)
+        if isinstance(cause, http.client.LineTooLong):
+            return ErrorKind.NETWORK_ERROR, "a response header line is too long"
+        if isinstance(cause, http.client.RemoteDisconnected):
+            return ErrorKind.NETWORK_ERROR, "connection closed before a response"
+        if isinstance(cause, http.client.BadStatusLine):
+            return ErrorKind.NETWORK_ERROR, "not an HTTP response"
+        if isinstance(cause, (http.client.IncompleteRead, urllib3.exceptions.IncompleteRead,
+                              requests.exceptions.ChunkedEncodingError)):
+            return ErrorKind.NETWORK_ERROR, "the response body ended early"
+        if isinstance(cause, (urllib3.exceptions.DecodeError, requests.exceptions.ContentDecodingError)):
+            return ErrorKind.NETWORK_ERROR, "the response body could not be decompressed"
+        if isinstance(cause, http.client.HTTPException) and "headers" in str(cause):
+            return ErrorKind.NETWORK_ERROR, "the response has too many headers"
+    for cause in causes:
+        # urllib3's NewConnectionError subclasses its ConnectTimeoutError: not a timeout.
+        if isinstance(cause, urllib3.exceptions.NewConnectionError):
+            continue
+        if isinstance(cause, (TimeoutError, urllib3.exceptions.TimeoutError, requests.exceptions.Timeout)):
+            return ErrorKind.TIMEOUT, "timed out"
+    for cause in causes:
+        if isinstance(cause, (requests.exceptions.InvalidURL, urllib3.exceptions.LocationValueError)):
+            return ErrorKind.NETWORK_ERROR, "the URL is not valid"
+        if isinstance(cause, requests.exceptions.InvalidHeader):
+            return ErrorKind.INTERNAL_ERROR, "a request header is not valid"
+    for cause in causes:
+        if isinstance(cause, (OSError, http.client.HTTPException, urllib3.exceptions.ProtocolError,
+                              requests.exceptions.ConnectionError)):
+            leaf = causes[-1]
+            return ErrorKind.NETWORK_ERROR, _short(leaf if isinstance(leaf, OSError) else cause)
+    return ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {_short(exc)}"
+
+
 def _short(exc: BaseException) -> str:
-    return (str(exc) or type(exc).__name__)[:500]
+    text = str(exc) or type(exc).__name__
+    # urllib3 reprs its pool and connection objects in messages; keep the human part.
+    if "<urllib3" in text or "HTTPConnectionPool(" in text:
+        text = text.rsplit(": ", 1)[-1].strip(" ')\"")
+    return text[:200]
+
+
+def _scrub(message: str, secrets: list[str]) -> str:
+    """No secret header value survives in a message, whatever library echoed it."""
+    for value in secrets:
+        if len(value) >= 4:
+            message = message.replace(value, REDACTED)
+    return message
