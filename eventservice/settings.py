@@ -154,6 +154,7 @@ WATCHDOG_GRACE_MS = env_int("WATCHDOG_GRACE_MS", 15_000, minimum=0)
 RESPONSE_BODY_SNIPPET_BYTES = env_int("RESPONSE_BODY_SNIPPET_BYTES", 4096, minimum=0)
 RESPONSE_BODY_MAX_BYTES = env_int("RESPONSE_BODY_MAX_BYTES", 1024 * 1024, minimum=1024)
 RESPONSE_MAX_HEADERS = env_int("RESPONSE_MAX_HEADERS", 100, minimum=1)
+RESPONSE_MAX_HEADER_BYTES = env_int("RESPONSE_MAX_HEADER_BYTES", 64 * 1024, minimum=1024)
 EGRESS_ALLOWLIST = env_list("EGRESS_ALLOWLIST", [])
 # The built-in mock target lives on this server; its address is allowed by default.
 AGENT_BASE_URL = env_str("AGENT_BASE_URL", "http://127.0.0.1:8000")
