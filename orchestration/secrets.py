@@ -1,13 +1,26 @@
-"""Secret header values: sealed at rest, redacted everywhere they are shown."""
+"""Secret header values: sealed at rest, redacted everywhere they are shown.
+
+A header is secret when its name is Authorization, Proxy-Authorization, Cookie or
+Set-Cookie, or contains one of SECRET_HEADER_PATTERNS (token, secret, key, password, ... by
+default). Its value is kept only inside the call's request spec, encrypted with Fernet
+(FIELD_ENCRYPTION_KEYS: the first key encrypts, every key decrypts; without keys, one derived
+from SECRET_KEY), because a scheduled call must still send it when it runs. Everything
+shown or published (API, pages, admin, events, attempt log) goes through `redact_headers`.
+Key rotation: docs/security.md and `manage.py rotate_secrets`.
+"""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+from django.db import transaction
 
 REDACTED = "***"
 SEALED = "$sealed"
@@ -15,24 +28,38 @@ SEALED = "$sealed"
 _EXACT = {"authorization", "proxy-authorization", "cookie", "set-cookie"}
 
 
+class SecretUnavailable(RuntimeError):
+    """A sealed value cannot be decrypted with any configured key."""
+
+
 def is_secret_header(name: str) -> bool:
-    lowered = name.lower()
+    lowered = name.strip().lower()
     if lowered in _EXACT:
         return True
-    return any(pattern in lowered for pattern in settings.SECRET_HEADER_PATTERNS)
+    return any(pattern.strip().lower() in lowered for pattern in settings.SECRET_HEADER_PATTERNS if pattern.strip())
 
 
-@lru_cache(maxsize=4)
-def _fernet(keys: tuple[str, ...], secret_key: str) -> MultiFernet:
-    if keys:
-        return MultiFernet([Fernet(k.encode()) for k in keys])
-    # Without configured keys, derive one from SECRET_KEY (documented in the README).
-    derived = base64.urlsafe_b64encode(hashlib.sha256(b"service-agent:" + secret_key.encode()).digest())
-    return MultiFernet([Fernet(derived)])
+def derived_key(secret_key: str) -> bytes:
+    """The Fernet key used when FIELD_ENCRYPTION_KEYS is empty."""
+    return base64.urlsafe_b64encode(hashlib.sha256(b"service-agent:" + secret_key.encode()).digest())
+
+
+@lru_cache(maxsize=8)
+def _fernets(keys: tuple[str, ...], secret_key: str) -> tuple[MultiFernet, Fernet]:
+    fernets = [Fernet(k.encode()) for k in keys] if keys else [Fernet(derived_key(secret_key))]
+    return MultiFernet(fernets), fernets[0]
 
 
 def _cipher() -> MultiFernet:
-    return _fernet(tuple(settings.FIELD_ENCRYPTION_KEYS), settings.SECRET_KEY)
+    return _fernets(tuple(settings.FIELD_ENCRYPTION_KEYS), settings.SECRET_KEY)[0]
+
+
+def _primary() -> Fernet:
+    return _fernets(tuple(settings.FIELD_ENCRYPTION_KEYS), settings.SECRET_KEY)[1]
+
+
+def is_sealed(value: object) -> bool:
+    return isinstance(value, dict) and isinstance(value.get(SEALED), str)
 
 
 def seal_headers(headers: dict[str, str]) -> dict[str, object]:
@@ -45,11 +72,13 @@ def seal_headers(headers: dict[str, str]) -> dict[str, object]:
 def unseal_headers(headers: dict[str, object]) -> dict[str, str]:
     plain: dict[str, str] = {}
     for name, value in headers.items():
-        if isinstance(value, dict) and SEALED in value:
+        if is_sealed(value):
             try:
-                plain[name] = _cipher().decrypt(value[SEALED].encode()).decode()
+                plain[name] = _cipher().decrypt(value[SEALED].encode()).decode()  # type: ignore[index]
             except InvalidToken:
-                raise RuntimeError(f"cannot decrypt header {name!r}: encryption key missing") from None
+                raise SecretUnavailable(
+                    f"cannot decrypt header {name!r}: its key is not in FIELD_ENCRYPTION_KEYS"
+                ) from None
         else:
             plain[name] = str(value)
     return plain
@@ -63,9 +92,78 @@ def redact_headers(headers: dict[str, object] | None) -> dict[str, str]:
 
 
 def rotate_sealed(headers: dict[str, object]) -> dict[str, object]:
-    """Re-encrypt sealed values under the first key (used by `rotate_secrets`)."""
-    return {
-        name: {SEALED: _cipher().rotate(value[SEALED].encode()).decode()}
-        if isinstance(value, dict) and SEALED in value else value
-        for name, value in headers.items()
-    }
+    """Re-encrypt sealed values under the first key; values already under it are kept."""
+    rotated: dict[str, object] = {}
+    for name, value in headers.items():
+        if is_sealed(value):
+            token = value[SEALED].encode()  # type: ignore[index]
+            try:
+                _primary().decrypt(token)
+            except InvalidToken:
+                try:
+                    token = _cipher().rotate(token)
+                except InvalidToken:
+                    raise SecretUnavailable(
+                        f"cannot decrypt header {name!r}: its key is not in FIELD_ENCRYPTION_KEYS"
+                    ) from None
+                value = {SEALED: token.decode()}
+        rotated[name] = value
+    return rotated
+
+
+@dataclass
+class RotationResult:
+    examined: int = 0
+    rotated: int = 0
+    failed: list[str] | None = None
+
+
+def _batches(batch_size: int) -> Iterator[list[tuple[Any, dict]]]:
+    from orchestration.models import ServiceCall
+
+    last = None
+    while True:
+        rows = ServiceCall.objects.order_by("service_call_id")
+        if last is not None:
+            rows = rows.filter(service_call_id__gt=last)
+        batch = list(rows.values_list("service_call_id", "request_spec")[:batch_size])
+        if not batch:
+            return
+        last = batch[-1][0]
+        yield batch
+
+
+def sealed_values_rotate(*, batch_size: int = 500, dry_run: bool = False) -> RotationResult:
+    """Re-encrypt every sealed header value of every call under the first key, in batches
+    (each batch one transaction, each row a conditional update on its old spec). A row
+    sealed under a key no longer configured is reported in `failed` and left as it is."""
+    from orchestration.models import ServiceCall
+
+    result = RotationResult(failed=[])
+    for batch in _batches(batch_size):
+        updates = []
+        for service_call_id, spec in batch:
+            result.examined += 1
+            headers = (spec or {}).get("headers") or {}
+            if not any(is_sealed(value) for value in headers.values()):
+                continue
+            try:
+                rotated = rotate_sealed(headers)
+            except SecretUnavailable:
+                result.failed.append(str(service_call_id))  # type: ignore[union-attr]
+                continue
+            if rotated != headers:
+                updates.append((service_call_id, spec, {**spec, "headers": rotated}))
+        if dry_run or not updates:
+            result.rotated += len(updates)
+            continue
+        with transaction.atomic():
+            for service_call_id, old_spec, new_spec in updates:
+                current = (
+                    ServiceCall.objects.select_for_update().filter(pk=service_call_id)
+                    .values_list("request_spec", flat=True).first()
+                )
+                if current != old_spec:  # changed meanwhile (a rerun copies, never edits): skip
+                    continue
+                result.rotated += ServiceCall.objects.filter(pk=service_call_id).update(request_spec=new_spec)
+    return result

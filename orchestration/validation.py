@@ -1,7 +1,9 @@
 """Validation of a submission, shared by every edge (API, pages, commands).
 
 Field names in errors are the wire names (camelCase, dotted for nested fields), so the API
-can return them as they are and a form can map them to its controls.
+can return them as they are and a form can map them to its controls. The limits are SPEC §11's
+(docs/security.md lists them); a URL whose host is an IP literal the egress policy refuses is
+refused here already, with the policy's own code.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from django.utils.dateparse import parse_datetime
 
 from eventservice.errors import ValidationFailed
 from eventservice.ids import utcnow
+from execution.egress import REFUSED_HEADERS as _EGRESS_REFUSED_HEADERS
+from execution.egress import EgressPolicy, normalize_host, parse_ip_literal, refused_header
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MAX_NAME = 200
@@ -28,17 +32,21 @@ MAX_BODY_BYTES = 256 * 1024
 MAX_TAGS = 20
 MAX_TAG = 64
 MAX_IDEMPOTENCY_KEY = 200
+MAX_HOST = 253
+# An upper bound for callers that check a delay before building a date (submit_call --in);
+# the exact rule is one calendar year (`one_year_after`).
 MAX_AHEAD = timedelta(days=366)
 MAX_TIMEOUT_MS = 120_000
 
-# RFC 9110 token characters.
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-# Headers the agent controls itself, or that would let a caller smuggle requests.
-REFUSED_HEADERS = {
-    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
-    "upgrade", "proxy-connection",
-}
-_TAG_RE = re.compile(r"^\S{1,64}$")
+# RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+# Headers the agent controls itself, or that would let a caller smuggle requests; any
+# `Proxy-*` header too (the egress policy owns the list).
+REFUSED_HEADERS = set(_EGRESS_REFUSED_HEADERS) | {"proxy-connection"}
+# 1-64 characters, none of them whitespace or control characters.
+_TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,64}\Z")
+# A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
 
 
 @dataclass
@@ -75,13 +83,17 @@ class _Errors:
         self.errors.setdefault(name, []).append(message)
 
 
+def has_surrogates(text: str) -> bool:
+    """Lone UTF-16 surrogates (valid in JSON strings) cannot be stored or sent as UTF-8."""
+    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+
+
 def header_name_error(name: Any) -> str | None:
     if not isinstance(name, str) or not name:
         return "Header names must be non-empty strings."
     if not _TOKEN.match(name):
         return f"Header name {name[:40]!r} is not a valid token."
-    lowered = name.lower()
-    if lowered in REFUSED_HEADERS or lowered.startswith("proxy-"):
+    if refused_header(name) or name.lower() in REFUSED_HEADERS:
         return f"Header {name!r} is set by the agent and cannot be given."
     return None
 
@@ -91,18 +103,27 @@ def header_value_error(name: str, value: Any) -> str | None:
         return f"Header {name[:40]!r} must have a string value."
     if "\r" in value or "\n" in value or "\x00" in value:
         return f"Header {name[:40]!r} must not contain CR, LF or NUL."
+    if any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in value):
+        return f"Header {name[:40]!r} must not contain control characters."
+    if any(ord(ch) > 255 for ch in value):
+        return f"Header {name[:40]!r} must be ASCII or Latin-1 text."
     if len(value) > MAX_HEADER_VALUE:
         return f"Header {name[:40]!r} is longer than {MAX_HEADER_VALUE} characters."
     return None
 
 
-def url_error(url: Any) -> str | None:
+def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
     if not isinstance(url, str) or not url.strip():
         return "A URL is required."
     if len(url) > MAX_URL:
         return f"The URL is longer than {MAX_URL} characters."
+    if has_surrogates(url):
+        return "The URL is not valid Unicode text."
     if any(ch.isspace() for ch in url) or any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
         return "The URL must not contain whitespace or control characters."
+    if "\\" in url:
+        # Browsers read "\" as "/", RFC 3986 parsers do not: refused rather than guessed.
+        return "The URL must not contain backslashes."
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -112,11 +133,28 @@ def url_error(url: Any) -> str | None:
         return "The URL must be absolute and use http or https."
     if not parts.hostname:
         return "The URL must name a host."
-    if parts.username is not None or parts.password is not None:
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         return "The URL must not carry credentials (user:password@); use a header."
     if port == 0:
         return "The URL's port must be between 1 and 65535."
+    try:
+        host = normalize_host(parts.hostname)
+    except ValueError as exc:
+        return f"The URL's host is not valid: {exc}."
+    if parse_ip_literal(host) is None:
+        if len(host) > MAX_HOST or not _HOST_NAME.match(host):
+            return "The URL's host is not a valid host name or IP address."
+    elif (refusal := (policy or EgressPolicy.from_settings()).literal_refusal(url)) is not None:
+        return f"The URL is refused by the egress policy: {refusal}."
     return None
+
+
+def one_year_after(moment: datetime) -> datetime:
+    """The same instant one calendar year later (29 February -> 28 February)."""
+    try:
+        return moment.replace(year=moment.year + 1)
+    except ValueError:
+        return moment.replace(year=moment.year + 1, day=28)
 
 
 def parse_due_at(value: Any, *, now: datetime | None = None) -> datetime | None:
@@ -125,13 +163,22 @@ def parse_due_at(value: Any, *, now: datetime | None = None) -> datetime | None:
         return None
     if not isinstance(value, str):
         raise ValueError("dueAt must be an ISO 8601 string with a time zone.")
-    parsed = parse_datetime(value.strip().replace("z", "Z"))
-    if parsed is None:
+    text = value.strip()
+    if len(text) > 64:
         raise ValueError("dueAt is not a valid ISO 8601 date-time.")
+    try:
+        parsed = parse_datetime(text[:-1] + "Z" if text.endswith("z") else text)
+    except ValueError:
+        parsed = None
+    if parsed is None:
+        raise ValueError("dueAt is not a valid ISO 8601 date-time (for example 2030-01-31T09:30:00Z).")
     if parsed.tzinfo is None:
         raise ValueError("dueAt must carry a time zone (for example 'Z' or '+02:00').")
-    parsed = parsed.astimezone(UTC)
-    if parsed > (now or utcnow()) + MAX_AHEAD:
+    try:
+        parsed = parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("dueAt must be at most one year ahead.") from None
+    if parsed > one_year_after(now or utcnow()):
         raise ValueError("dueAt must be at most one year ahead.")
     return parsed
 
@@ -144,7 +191,7 @@ def clean_tags(raw: Any, errors: _Errors, field_name: str = "tags") -> list[str]
         return []
     tags: list[str] = []
     for tag in raw:
-        if not isinstance(tag, str) or not _TAG_RE.match(tag):
+        if not isinstance(tag, str) or not _TAG_RE.match(tag) or has_surrogates(tag):
             errors.add(field_name, f"Tag {str(tag)[:40]!r} must be 1-{MAX_TAG} characters without whitespace.")
             continue
         if tag not in tags:
@@ -163,11 +210,17 @@ def validate_tags(raw: Any) -> list[str]:
 
 
 def body_size(body: Any) -> int:
+    """The body's size on the wire; raises ValueError if it is not a string or JSON value."""
     if body is None:
         return 0
     if isinstance(body, str):
+        if has_surrogates(body):
+            raise ValueError("The body is not valid Unicode text.")
         return len(body.encode())
-    return len(json.dumps(body, separators=(",", ":")).encode())
+    try:
+        return len(json.dumps(body, separators=(",", ":"), allow_nan=False).encode())
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError("The body must be a string or a JSON value.") from None
 
 
 def validate_submission(data: Any, *, idempotency_header: str | None = None) -> Submission:
@@ -180,9 +233,9 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
     if not isinstance(name, str) or not name.strip():
         errors.add("name", "A name is required.")
         name = ""
-    elif len(name) > MAX_NAME:
+    elif len(name.strip()) > MAX_NAME:
         errors.add("name", f"The name must be at most {MAX_NAME} characters.")
-    elif any(ord(ch) < 32 for ch in name):
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name) or has_surrogates(name):
         errors.add("name", "The name must not contain control characters.")
 
     spec = data.get("requestSpec")
@@ -202,7 +255,9 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         url = spec.get("url")
         if (message := url_error(url)) is not None:
             errors.add("requestSpec.url", message)
-        raw_headers = spec.get("headers") or {}
+        raw_headers = spec.get("headers")
+        if raw_headers is None:
+            raw_headers = {}
         if not isinstance(raw_headers, dict):
             errors.add("requestSpec.headers", "headers must be an object of strings.")
         else:
@@ -217,12 +272,15 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
                     errors.add("requestSpec.headers", message)
                     continue
                 seen.add(key.lower())
-                headers[key] = value
+                # Surrounding spaces are not part of a field value (RFC 9110 §5.5).
+                headers[key] = value.strip(" \t")
         body = spec.get("body")
-        if body is not None and body_size(body) > MAX_BODY_BYTES:
-            errors.add("requestSpec.body", f"The body is larger than {MAX_BODY_BYTES // 1024} KiB.")
-        if body is not None and method in ("GET",) and body != "":
-            pass  # allowed: some APIs read GET bodies; we send what was asked
+        # A GET body is allowed: some APIs read one; the agent sends what was asked.
+        try:
+            if body_size(body) > MAX_BODY_BYTES:
+                errors.add("requestSpec.body", f"The body is larger than {MAX_BODY_BYTES // 1024} KiB.")
+        except ValueError as exc:
+            errors.add("requestSpec.body", str(exc))
         raw_timeout = spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS)
         if isinstance(raw_timeout, bool) or not isinstance(raw_timeout, int) or not 1 <= raw_timeout <= MAX_TIMEOUT_MS:
             errors.add("requestSpec.timeoutMs", f"timeoutMs must be an integer from 1 to {MAX_TIMEOUT_MS}.")
@@ -244,7 +302,7 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
     if key is not None:
         if not isinstance(key, str) or not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY:
             errors.add("idempotencyKey", f"idempotencyKey must be 1-{MAX_IDEMPOTENCY_KEY} characters.")
-        elif any(ord(ch) < 33 or ord(ch) == 127 for ch in key):
+        elif any(ord(ch) < 33 or ord(ch) == 127 for ch in key) or has_surrogates(key):
             errors.add("idempotencyKey", "idempotencyKey must not contain whitespace or control characters.")
 
     unknown_top = set(data) - {"name", "requestSpec", "dueAt", "tags", "idempotencyKey"}

@@ -1,0 +1,35 @@
+"""manage.py rotate_secrets: re-encrypt sealed header values under the first key."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from orchestration.secrets import sealed_values_rotate
+
+
+class Command(BaseCommand):
+    help = (
+        "Re-encrypt every stored secret header value under the first key of "
+        "FIELD_ENCRYPTION_KEYS (values already under it are left alone). Run it after "
+        "putting a new key first and before removing an old key; see docs/security.md. "
+        "Exits non-zero if some value cannot be decrypted with any configured key."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--batch-size", type=int, default=500, help="Calls per transaction (default 500).")
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be re-encrypted; change nothing."
+        )
+
+    def handle(self, *args, batch_size: int, dry_run: bool, **options) -> None:
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1.")
+        result = sealed_values_rotate(batch_size=batch_size, dry_run=dry_run)
+        verb = "would re-encrypt" if dry_run else "re-encrypted"
+        self.stdout.write(f"Examined {result.examined} calls; {verb} the secrets of {result.rotated}.")
+        if result.failed:
+            shown = ", ".join(result.failed[:10]) + (" ..." if len(result.failed) > 10 else "")
+            raise CommandError(
+                f"{len(result.failed)} calls hold secrets that no key in FIELD_ENCRYPTION_KEYS "
+                f"decrypts (left unchanged): {shown}. Put the old key back in the list and run again."
+            )
