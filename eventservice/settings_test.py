@@ -6,7 +6,8 @@ from pathlib import Path
 
 # Tests reach their own HTTP servers on loopback; egress tests narrow this again.
 os.environ.setdefault("EGRESS_ALLOWLIST", "127.0.0.0/8,::1")
-os.environ.setdefault("DATA_DIR", str(Path(tempfile.gettempdir()) / f"service-agent-tests-{os.getuid()}"))
+# One directory per test run, so runs side by side never share a database file.
+os.environ.setdefault("DATA_DIR", tempfile.mkdtemp(prefix="service-agent-tests-"))
 os.environ.setdefault("EVENT_LOG_LEVEL", "WARNING")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
@@ -19,3 +20,9 @@ ENGINE_ENABLED = False
 WATCHDOG_GRACE_MS = 2000
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["DATA_DIR"]) / "test.db")}
+
+# Serve static files straight from the app folders (no collectstatic before tests).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True
+STATIC_ROOT = Path(os.environ["DATA_DIR"]) / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,6 @@
 """The agent's loops running in real django-q2 workers (`manage.py qcluster`)."""
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -70,3 +71,29 @@ def test_a_clean_stop_closes_the_worker_sessions(world, cluster, tmp_path):
     c.stop()
     wait_for(lambda: not WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).exists(), timeout=10)
     assert WorkerSession.objects.filter(status=WorkerSession.Status.SUCCESS).count() >= 2
+
+
+def test_a_call_submitted_through_the_api_succeeds_with_its_snippet_and_four_events(world, http_target, cluster, client):
+    cluster()
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {world.acme_key}"}
+    response = client.post(
+        "/api/tenants/acme/service-calls",
+        data={"name": "via api", "requestSpec": {"method": "POST", "url": http_target.url("/echo"), "body": {"hi": 1}}},
+        content_type="application/json", **auth,
+    )
+    assert response.status_code == 202, response.content
+    location = response["Location"]
+
+    def finished():
+        body = client.get(location, **auth).json()
+        published = all(e["publishedAt"] for e in body["events"])
+        return body if body["status"] in ("Succeeded", "Failed") and len(body["events"]) == 4 and published else None
+
+    body = wait_for(finished, timeout=15)
+    assert body["status"] == "Succeeded"
+    echoed = json.loads(body["outcome"]["responseMeta"]["bodySnippet"])
+    assert echoed["method"] == "POST" and json.loads(echoed["body"]) == {"hi": 1}
+    assert [e["type"] for e in body["events"]] == [
+        "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning", "ServiceCallSucceeded",
+    ]
+    assert http_target.count("/echo") == 1
