@@ -58,7 +58,7 @@ def on_worker_spawn(sender, proc_name: str, **kwargs) -> None:
     # multiprocessing children skip atexit; its finalizers run when a worker exits cleanly.
     multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)
     if settings.ENGINE_ENABLED and _take_cluster_lock():
-        logger.info("this worker hosts the engine", extra={"process": proc_name, "pid": os.getpid()})
+        logger.info("this worker hosts the engine", extra={"workerProcess": proc_name, "pid": os.getpid()})
         engine = Engine(keeper)
         engine.start()
 
