@@ -32,7 +32,7 @@ def varied(acme_api, globex_api):
     """Five acme calls in four states with tags, and one globex call."""
     names = ["alpha report", "Beta REPORT", "gamma", "delta", "epsilon"]
     tags = [["red", "blue"], ["red"], ["blue"], ["red", "blue", "favorite"], []]
-    calls = [submit(acme_api, name=name, tags=tag_list)["serviceCallId"] for name, tag_list in zip(names, tags)]
+    calls = [submit(acme_api, name=name, tags=tag_list)["serviceCallId"] for name, tag_list in zip(names, tags, strict=True)]
     _run(calls[1], outcome=None)  # Running
     _run(calls[2], outcome=Outcome(succeeded=True, status=200, latency_ms=3))
     _run(calls[3], outcome=Outcome.failure(ErrorKind.HTTP_ERROR, "503", status=503))

@@ -1,0 +1,63 @@
+"""GET /api/schema/: a valid OpenAPI 3 document that matches what the API answers."""
+
+from __future__ import annotations
+
+import json
+
+from django.test import Client
+from openapi_spec_validator import validate
+
+from tests.api.conftest import submit
+
+
+def _schema() -> dict:
+    response = Client().get("/api/schema/", headers={"Accept": "application/vnd.oai.openapi+json"})
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    return json.loads(response.content)
+
+
+def test_it_serves_a_valid_openapi_3_document(db):
+    schema = _schema()
+
+    validate(schema)
+    assert schema["openapi"].startswith("3.")
+    assert set(schema["paths"]) == {
+        "/api/tenants/{tenant_id}/service-calls",
+        "/api/tenants/{tenant_id}/service-calls/{service_call_id}",
+        "/api/tenants/{tenant_id}/service-calls/{service_call_id}/tags",
+        "/api/tenants/{tenant_id}/service-calls/{service_call_id}/rerun",
+        "/api/tenants/{tenant_id}/events",
+    }
+    assert schema["components"]["securitySchemes"]["apiKey"] == {
+        "type": "http", "scheme": "bearer", "description": schema["components"]["securitySchemes"]["apiKey"]["description"],
+    }
+
+
+def test_format_json_works_too(db):
+    response = Client().get("/api/schema/?format=json")
+    assert response.status_code == 200
+    assert json.loads(response.content)["info"]["title"] == "Service Agent API"
+
+
+def test_operations_document_their_problem_responses(db):
+    paths = _schema()["paths"]
+    submit_op = paths["/api/tenants/{tenant_id}/service-calls"]["post"]
+
+    assert set(submit_op["responses"]) == {"200", "202", "400", "401", "403", "404", "409", "413"}
+    assert "application/problem+json" in submit_op["responses"]["400"]["content"]
+    list_op = paths["/api/tenants/{tenant_id}/service-calls"]["get"]
+    names = {p["name"] for p in list_op["parameters"]}
+    assert names >= {"status", "tag", "q", "submittedFrom", "submittedTo", "dueFrom", "dueTo", "favorite",
+                     "limit", "cursor"}
+
+
+def test_the_documented_call_shape_is_the_one_the_api_answers(acme_api):
+    components = _schema()["components"]["schemas"]
+    answered = submit(acme_api)
+    detail = acme_api.get(answered["links"]["self"]).json()
+
+    assert set(components["ServiceCall"]["properties"]) == set(answered)
+    assert set(components["ServiceCallDetail"]["properties"]) == set(detail)
+    assert set(components["Event"]["properties"]) == set(detail["events"][0])
+    assert set(components["Links"]["properties"]) >= set(answered["links"])
