@@ -67,7 +67,7 @@ def test_a_past_due_call_is_started_by_a_django_q2_task_without_any_timer_loop(w
 
 def test_a_clean_stop_closes_the_worker_sessions(world, cluster, tmp_path):
     c = cluster()
-    assert WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).count() >= 2
+    wait_for(lambda: WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).count() >= 2, timeout=10)
     c.stop()
     wait_for(lambda: not WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).exists(), timeout=10)
     assert WorkerSession.objects.filter(status=WorkerSession.Status.SUCCESS).count() >= 2
