@@ -1,0 +1,54 @@
+"""The timeline of a call for its details page: submitted → scheduled → due → started → finished."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from orchestration.models import ServiceCall
+from outbox.models import OutboxEvent
+
+
+@dataclass(frozen=True)
+class Step:
+    label: str
+    at: datetime | None
+    note: str = ""
+    measure: timedelta | float | None = None  # a duration (timedelta) or milliseconds
+
+
+def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step]:
+    scheduled_at = next(
+        (event.created_at for event in events if event.event_type == OutboxEvent.Type.SCHEDULED), None
+    )
+    due_gap = call.due_at - call.submitted_at
+    steps = [
+        Step("Submitted", call.submitted_at),
+        Step("Scheduled", scheduled_at or call.submitted_at),
+        Step("Due", call.due_at, "at submission" if due_gap <= timedelta(0) else "after submission", due_gap
+             if due_gap > timedelta(0) else None),
+    ]
+    if call.started_at is not None:
+        steps.append(Step("Started", call.started_at, "lateness", call.started_at - call.due_at))
+    else:
+        steps.append(Step("Started", None, "not yet"))
+    if call.finished_at is not None:
+        latency = _latency_ms(call)
+        steps.append(Step(
+            "Finished", call.finished_at, "latency" if latency is not None else "",
+            latency if latency is not None else None,
+        ))
+    else:
+        steps.append(Step("Finished", None, "not yet"))
+    return steps
+
+
+def _latency_ms(call: ServiceCall) -> float | None:
+    meta = call.outcome_meta or {}
+    inner = meta.get("responseMeta") or meta.get("errorMeta") or {}
+    if inner.get("latencyMs") is not None:
+        return float(inner["latencyMs"])
+    if call.started_at and call.finished_at:
+        return (call.finished_at - call.started_at).total_seconds() * 1000
+    return None

@@ -1,0 +1,1 @@
+"""Views of the browser dashboard: thin, they call orchestration's services and selectors."""

@@ -1,0 +1,85 @@
+"""The status page ("all calls") and the small JSON feed that keeps its statuses live."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from eventservice.dashboard.tenancy import tenant_required
+from eventservice.ids import iso_ms
+from orchestration.filters import ServiceCallFilter
+from orchestration.models import FAVORITE_TAG, ServiceCall
+from orchestration.selectors import service_calls_for_tenant, tags_of
+
+PAGE_SIZES = (10, 25, 50, 100)
+DEFAULT_PAGE_SIZE = 25
+MAX_LIVE_IDS = 200
+
+
+def _page_size(raw: str | None) -> int:
+    try:
+        size = int(raw or DEFAULT_PAGE_SIZE)
+    except ValueError:
+        return DEFAULT_PAGE_SIZE
+    return size if size in PAGE_SIZES else DEFAULT_PAGE_SIZE
+
+
+@tenant_required
+@require_GET
+def calls_page(request: HttpRequest) -> HttpResponse:
+    tenant_id = request.tenant.id
+    filterset = ServiceCallFilter(
+        request.GET, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
+    )
+    valid = filterset.is_valid()
+    queryset = filterset.qs if valid else ServiceCall.objects.none()
+    per_page = _page_size(request.GET.get("per"))
+    page = Paginator(queryset, per_page).get_page(request.GET.get("page"))
+    rows = []
+    for call in page.object_list:
+        tags = tags_of(call)
+        rows.append({"call": call, "favorite": FAVORITE_TAG in tags, "tags": [t for t in tags if t != FAVORITE_TAG]})
+    context = {
+        "filterset": filterset,
+        "filter_errors": {} if valid else filterset.errors,
+        "page": page,
+        "rows": rows,
+        "per_page": per_page,
+        "page_sizes": PAGE_SIZES,
+        "statuses": ServiceCall.Status.values,
+        "selected_statuses": request.GET.getlist("status"),
+        "selected_tags": list(dict.fromkeys(t for t in request.GET.getlist("tag") if t)),
+        "favorites_only": request.GET.get("favorite", "").lower() == "true",
+        "q": request.GET.get("q", ""),
+        "submitted_from": request.GET.get("submittedFrom", ""),
+        "submitted_to": request.GET.get("submittedTo", ""),
+        "filtered": any(request.GET.get(name) for name in (
+            "status", "tag", "q", "submittedFrom", "submittedTo", "dueFrom", "dueTo", "favorite",
+        )),
+    }
+    return render(request, "dashboard/calls.html", context, status=200 if valid else 400)
+
+
+@tenant_required
+@require_GET
+def calls_live(request: HttpRequest) -> JsonResponse:
+    """Statuses and times of the given calls of the current tenant (`?id=...` repeated)."""
+    ids = []
+    for raw in request.GET.getlist("id")[:MAX_LIVE_IDS]:
+        try:
+            ids.append(uuid.UUID(raw))
+        except ValueError:
+            continue
+    calls = service_calls_for_tenant(tenant_id=request.tenant.id).filter(pk__in=ids)
+    return JsonResponse({"calls": [{
+        "serviceCallId": str(call.service_call_id),
+        "status": call.status,
+        "dueAt": iso_ms(call.due_at),
+        "startedAt": iso_ms(call.started_at),
+        "finishedAt": iso_ms(call.finished_at),
+        "errorKind": call.error_kind,
+    } for call in calls]})

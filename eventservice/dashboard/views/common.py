@@ -1,0 +1,43 @@
+"""Helpers shared by the dashboard's views."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from eventservice.dashboard.selectors import call_tenant_id
+from eventservice.dashboard.tenancy import SESSION_KEY
+from eventservice.errors import NotFound
+from orchestration.models import ServiceCall
+from orchestration.selectors import service_call_get
+
+
+def call_for_request(request: HttpRequest, service_call_id: uuid.UUID) -> ServiceCall:
+    """The call if it belongs to one of the user's tenants (that tenant becomes current), else 404."""
+    tenant_id = call_tenant_id(service_call_id=service_call_id, tenant_ids=[t.id for t in request.tenants])
+    if tenant_id is None:
+        raise Http404("No such service call.")
+    if tenant_id != request.tenant.id:
+        request.session[SESSION_KEY] = tenant_id
+        request.tenant = next(t for t in request.tenants if t.id == tenant_id)
+    try:
+        return service_call_get(tenant_id=tenant_id, service_call_id=service_call_id)
+    except NotFound:
+        raise Http404("No such service call.") from None
+
+
+def wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
+def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        target = fallback
+    return HttpResponseRedirect(target)
+
+
+def json_error(message: str, *, status: int, errors: dict | None = None) -> JsonResponse:
+    return JsonResponse({"detail": message, "errors": errors or {}}, status=status)

@@ -1,0 +1,53 @@
+"""The request page: define a call, run it now or schedule it, then follow it live."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_http_methods
+
+from eventservice.dashboard.forms import RequestForm
+from eventservice.dashboard.tenancy import tenant_required
+from eventservice.errors import Conflict, ValidationFailed
+from orchestration.services import service_call_submit
+from orchestration.validation import validate_submission
+
+
+@tenant_required
+@require_http_methods(["GET", "POST"])
+def request_page(request: HttpRequest) -> HttpResponse:
+    call = None
+    if request.method == "POST":
+        form = RequestForm(request.POST, header_rows=RequestForm.rows_from(request.POST))
+        call = _submit(request, form)
+        if call is not None:
+            # The same values stay in the form to tweak and send again, under a new key.
+            data = request.POST.copy()
+            data["idempotency_key"] = RequestForm.new_idempotency_key()
+            data["due_at"] = ""
+            form = RequestForm(data, header_rows=form.header_rows)
+            form.is_valid()
+    else:
+        form = RequestForm(initial={"idempotency_key": RequestForm.new_idempotency_key()})
+    status = 400 if request.method == "POST" and call is None else 200
+    return render(request, "dashboard/request.html", {"form": form, "call": call}, status=status)
+
+
+def _submit(request: HttpRequest, form: RequestForm):
+    if not form.is_valid():
+        return None
+    try:
+        submission = validate_submission(form.wire_data())
+        call, created = service_call_submit(
+            tenant_id=request.tenant.id, submission=submission, correlation_id=request.correlation_id
+        )
+    except ValidationFailed as exc:
+        form.add_wire_errors(exc.errors)
+        return None
+    except Conflict as exc:
+        form.add_error(None, exc.detail)
+        return None
+    if not created:
+        messages.info(request, "This form was already submitted; showing the call it created.")
+    return call

@@ -1,0 +1,47 @@
+"""The system page for staff: workers, timer and outbox backlogs, recent failures.
+
+Superusers see every tenant; other staff only their tenants' calls, timers and events.
+Worker sessions carry no tenant data; loop-run error messages may, so only superusers read them.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from eventservice.dashboard.selectors import (
+    outbox_backlog,
+    recent_failed_calls,
+    recent_loop_errors,
+    worker_sessions,
+)
+from eventservice.dashboard.tenancy import resolve_tenant
+from eventservice.ids import utcnow
+from orchestration.selectors import status_counts
+from timer.selectors import timers_backlog
+
+
+@login_required
+@require_GET
+def system_page(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_staff:
+        raise PermissionDenied("The system page is for staff.")
+    resolve_tenant(request)
+    now = utcnow()
+    scope = None if request.user.is_superuser else [tenant.id for tenant in request.tenants]
+    context = {
+        "now": now,
+        "all_tenants": scope is None,
+        "workers": worker_sessions(now=now),
+        "timers": timers_backlog(now=now, tenant_ids=scope),
+        "outbox": outbox_backlog(now=now, tenant_ids=scope),
+        "failed_calls": recent_failed_calls(tenant_ids=scope),
+        "loop_errors": recent_loop_errors() if request.user.is_superuser else [],
+        "tenant_counts": [
+            (tenant, status_counts(tenant_id=tenant.id)) for tenant in request.tenants[:50]
+        ],
+    }
+    return render(request, "dashboard/system.html", context)
