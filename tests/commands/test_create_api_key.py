@@ -5,7 +5,7 @@ import pytest
 from tenants.models import ApiKey
 from tenants.selectors import api_key_lookup
 from tenants.services import tenant_create
-from tests.commands.conftest import call, run_manage
+from tests.commands.cli import call, run_manage
 
 
 @pytest.fixture

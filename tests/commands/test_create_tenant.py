@@ -3,7 +3,7 @@
 import pytest
 
 from tenants.models import Tenant
-from tests.commands.conftest import call, run_manage
+from tests.commands.cli import call, run_manage
 
 
 @pytest.mark.django_db

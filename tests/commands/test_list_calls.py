@@ -9,7 +9,7 @@ from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_finish, service_call_start, service_call_submit
 from orchestration.validation import validate_submission
-from tests.commands.conftest import call, run_manage
+from tests.commands.cli import call, run_manage
 
 
 def submit(tenant, name, *, tags=(), headers=None):

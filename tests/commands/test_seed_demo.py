@@ -13,7 +13,7 @@ from orchestration.validation import validate_submission
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.selectors import api_key_lookup
 from tenants.services import tenant_create
-from tests.commands.conftest import call, run_manage
+from tests.commands.cli import call, run_manage
 from tests.conftest import wait_for
 
 User = get_user_model()

@@ -11,7 +11,7 @@ from orchestration.management.commands.submit_call import parse_in
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.secrets import unseal_headers
 from outbox.models import OutboxEvent
-from tests.commands.conftest import call, run_manage
+from tests.commands.cli import call, run_manage
 from timer.models import TimerSchedule
 
 BASE = ("--tenant", "acme", "--name", "Ping", "--method", "GET", "--url", "https://example.test/ping")

@@ -131,7 +131,9 @@ class Command(BaseCommand):
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
         for row in rows:
             self.stdout.write(
-                "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+                (
+                    "  ".join(cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+                ).rstrip()
             )
         more = " (the limit; use --limit for more)" if len(calls) == limit else ""
         self.stdout.write(f"{len(calls)} call{'s' if len(calls) != 1 else ''}{more}")
