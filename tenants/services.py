@@ -54,3 +54,13 @@ def membership_add(*, username: str, tenant_id: str, role: str = Membership.Role
         tenant_id=tenant_id, user=user, defaults={"role": role}
     )
     return membership
+
+
+def api_key_revoke(*, key_ids: list[int], tenant_ids: set[str] | None = None) -> int:
+    """Revoke keys (once: a revoked key keeps its first revocation time); returns how many."""
+    from django.utils import timezone
+
+    keys = ApiKey.objects.filter(pk__in=list(key_ids), revoked_at__isnull=True)
+    if tenant_ids is not None:
+        keys = keys.filter(tenant_id__in=list(tenant_ids))
+    return keys.update(revoked_at=timezone.now())

@@ -1,0 +1,214 @@
+"""Operator admin of service calls: filters by tag, status, tenant and dates; read-only state.
+
+Call state changes only through orchestration's services (the "Run again" action calls
+service_call_rerun). Secret header values are never shown: the request is rendered through
+public_request_spec and every header table through redact_headers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+from django.contrib import admin, messages
+from django.db.models import Count, Prefetch, Q
+from django.utils.html import format_html, format_html_join
+
+from eventservice.api.representation import outcome_representation
+from eventservice.ids import new_id
+from execution.models import HttpExecution
+from orchestration.filters import ServiceCallFilter
+from orchestration.models import ServiceCall, ServiceCallTag
+from orchestration.secrets import redact_headers
+from orchestration.services import public_request_spec, service_call_rerun
+from outbox.models import OutboxEvent
+from tenants.admin import ReadOnlyAdmin, visible_tenant_ids
+from timer.models import TimerSchedule
+
+_ID_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
+TAG_CHOICES_LIMIT = 100
+
+
+def pretty_json(value) -> str:
+    return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def headers_table(headers) -> str:
+    pairs = redact_headers(headers).items()
+    if not pairs:
+        return "—"
+    return format_html(
+        "<table>{}</table>",
+        format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", pairs),
+    )
+
+
+class TagListFilter(admin.SimpleListFilter):
+    """Calls carrying a tag: an EXISTS over service_call_tags (the shared FilterSet), in SQL."""
+
+    title = "tag"
+    parameter_name = "tag"
+
+    def lookups(self, request, model_admin):
+        rows = ServiceCallTag.objects.all()
+        ids = visible_tenant_ids(request)
+        if ids is not None:
+            rows = rows.filter(tenant_id__in=ids)
+        top = rows.values("tag").annotate(n=Count("id")).order_by("-n", "tag")[:TAG_CHOICES_LIMIT]
+        return [(row["tag"], f"{row['tag']} ({row['n']})") for row in top]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if not value:
+            return queryset
+        filterset = ServiceCallFilter({"tag": [value]}, queryset=queryset)
+        return filterset.qs if filterset.is_valid() else queryset.none()
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_view_permission(self, request, obj=None):
+        # Whoever may view the call may view its parts.
+        return True
+
+
+class TagInline(ReadOnlyInline):
+    model = ServiceCallTag
+    fields = ("tag",)
+    readonly_fields = ("tag",)
+    verbose_name_plural = "tags"
+
+
+class TimerInline(ReadOnlyInline):
+    model = TimerSchedule
+    fields = ("state", "due_at", "registered_at", "reached_at", "correlation_id")
+    readonly_fields = fields
+    verbose_name_plural = "timer"
+
+
+class AttemptInline(ReadOnlyInline):
+    model = HttpExecution
+    fields = (
+        "attempt", "state", "worker_id", "started_at", "finished_at", "response_status", "latency_ms",
+        "error_kind", "error_message", "request_headers_shown", "response_headers_shown",
+    )
+    readonly_fields = fields
+    verbose_name_plural = "attempts"
+
+    @admin.display(description="request headers")
+    def request_headers_shown(self, obj: HttpExecution) -> str:
+        return headers_table(obj.request_headers)
+
+    @admin.display(description="response headers")
+    def response_headers_shown(self, obj: HttpExecution) -> str:
+        return headers_table(obj.response_headers)
+
+
+@admin.register(ServiceCall)
+class ServiceCallAdmin(ReadOnlyAdmin):
+    list_display = (
+        "short_id", "name", "tenant", "status_shown", "submitted_at", "due_at", "started_at", "finished_at",
+        "error_kind", "tag_list",
+    )
+    list_filter = (
+        "status", TagListFilter, ("tenant", admin.RelatedOnlyFieldListFilter), "error_kind",
+        ("submitted_at", admin.DateFieldListFilter), ("due_at", admin.DateFieldListFilter),
+    )
+    search_fields = ("name",)
+    search_help_text = "Name or URL contains the text, or the id (or its first characters) matches."
+    date_hierarchy = "submitted_at"
+    list_per_page = 50
+    show_full_result_count = False
+    fields = (
+        "service_call_id", "tenant", "name", "status", "error_kind", "submitted_at", "due_at", "started_at",
+        "finished_at", "request_shown", "outcome_shown", "correlation_id", "idempotency_key", "rerun_of",
+        "events_shown",
+    )
+    readonly_fields = fields
+    inlines = [TagInline, TimerInline, AttemptInline]
+    actions = ["run_again"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("tenant").prefetch_related(
+            Prefetch("tag_rows", queryset=ServiceCallTag.objects.order_by("id"))
+        )
+
+    def get_search_results(self, request, queryset, search_term):
+        for term in search_term.split():
+            condition = Q(name__icontains=term) | Q(request_spec__url__icontains=term)
+            try:
+                condition |= Q(pk=uuid.UUID(term))
+            except ValueError:
+                if _ID_PREFIX.match(term):
+                    condition |= Q(service_call_id__istartswith=term)
+            queryset = queryset.filter(condition)
+        return queryset, False
+
+    @admin.display(description="id", ordering="service_call_id")
+    def short_id(self, obj: ServiceCall) -> str:
+        return str(obj.service_call_id)[:8]
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, obj: ServiceCall) -> str:
+        colours = {
+            ServiceCall.Status.SCHEDULED: "#34509f", ServiceCall.Status.RUNNING: "#875800",
+            ServiceCall.Status.SUCCEEDED: "#1d6b3f", ServiceCall.Status.FAILED: "#a12a2a",
+        }
+        return format_html('<strong style="color:{}">{}</strong>', colours.get(obj.status, "inherit"), obj.status)
+
+    @admin.display(description="tags")
+    def tag_list(self, obj: ServiceCall) -> str:
+        return ", ".join(row.tag for row in obj.tag_rows.all())
+
+    @admin.display(description="request (secrets redacted)")
+    def request_shown(self, obj: ServiceCall) -> str:
+        return pretty_json(public_request_spec(obj.request_spec))
+
+    @admin.display(description="outcome")
+    def outcome_shown(self, obj: ServiceCall) -> str:
+        outcome = outcome_representation(obj.outcome_meta)
+        return pretty_json(outcome) if outcome else "—"
+
+    @admin.display(description="events")
+    def events_shown(self, obj: ServiceCall) -> str:
+        # The outbox has no foreign key to calls: its rows are listed here by aggregate id.
+        rows = OutboxEvent.objects.filter(tenant_id=obj.tenant_id, aggregate_id=obj.service_call_id).order_by("id")
+        if not rows:
+            return "—"
+        return format_html(
+            "<table><thead><tr><th>#</th><th>type</th><th>created</th><th>published</th><th>attempts</th>"
+            "<th>last error</th></tr></thead><tbody>{}</tbody></table>",
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
+                (row.id, row.event_type, row.created_at, row.published_at or "unpublished", row.attempts,
+                 row.last_error[:200] or "—")
+                for row in rows
+            )),
+        )
+
+    def has_rerun_permission(self, request) -> bool:
+        # Running again submits a new call.
+        return request.user.has_perm("orchestration.add_servicecall")
+
+    @admin.action(description="Run again (submit a new call with the same request)", permissions=["rerun"])
+    def run_again(self, request, queryset):
+        created = []
+        for call in queryset:
+            new_call = service_call_rerun(
+                tenant_id=call.tenant_id, service_call_id=call.service_call_id,
+                correlation_id=getattr(request, "correlation_id", None) or str(new_id()),
+            )
+            created.append(str(new_call.service_call_id)[:8])
+        self.message_user(request, f"Submitted {len(created)} new call(s): {', '.join(created)}.", messages.SUCCESS)

@@ -1,0 +1,182 @@
+"""Operator admin of tenants, memberships and API keys, and the tenant scoping every admin uses.
+
+Superusers see every tenant. Other staff see only the tenants they are members of: lists are
+filtered in get_queryset, tenant choices in forms are limited, and objects of other tenants
+can be neither viewed nor changed.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import Count
+
+from tenants.models import ApiKey, Membership, Tenant
+from tenants.selectors import tenant_ids_for_user
+from tenants.services import api_key_create, api_key_revoke, membership_add, tenant_create
+
+admin.site.site_header = "Service Agent administration"
+admin.site.site_title = "Service Agent admin"
+admin.site.index_title = "Operations"
+admin.site.site_url = "/calls/"
+
+
+def visible_tenant_ids(request) -> set[str] | None:
+    """The tenants this staff user may see in the admin; None means all (superuser)."""
+    if request.user.is_superuser:
+        return None
+    if not hasattr(request, "_admin_tenant_ids"):
+        request._admin_tenant_ids = tenant_ids_for_user(user=request.user)
+    return request._admin_tenant_ids
+
+
+class TenantScopedAdmin(admin.ModelAdmin):
+    """A ModelAdmin whose rows belong to a tenant, reached by `tenant_lookup`."""
+
+    tenant_lookup = "tenant_id"
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        ids = visible_tenant_ids(request)
+        return queryset if ids is None else queryset.filter(**{f"{self.tenant_lookup}__in": ids})
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        ids = visible_tenant_ids(request)
+        if db_field.related_model is Tenant and ids is not None:
+            kwargs["queryset"] = Tenant.objects.filter(id__in=ids)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def owns(self, request, obj) -> bool:
+        ids = visible_tenant_ids(request)
+        if ids is None or obj is None:
+            return True
+        value = obj
+        for part in self.tenant_lookup.split("__"):
+            value = getattr(value, part)
+        return value in ids
+
+    def has_view_permission(self, request, obj=None):
+        return super().has_view_permission(request, obj) and self.owns(request, obj)
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and self.owns(request, obj)
+
+    def has_delete_permission(self, request, obj=None):
+        return super().has_delete_permission(request, obj) and self.owns(request, obj)
+
+
+class ReadOnlyAdmin(TenantScopedAdmin):
+    """Domain state: shown, never edited here (changes go through the modules' services)."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    fields = ("user", "role", "created_at")
+    readonly_fields = ("user", "created_at")
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdmin):
+    tenant_lookup = "id"
+    list_display = ("id", "name", "member_count", "key_count", "created_at")
+    search_fields = ("id", "name")
+    readonly_fields = ("created_at",)
+    inlines = [MembershipInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            _members=Count("memberships", distinct=True), _keys=Count("api_keys", distinct=True)
+        )
+
+    @admin.display(description="members", ordering="_members")
+    def member_count(self, obj: Tenant) -> int:
+        return obj._members
+
+    @admin.display(description="API keys", ordering="_keys")
+    def key_count(self, obj: Tenant) -> int:
+        return obj._keys
+
+    def get_readonly_fields(self, request, obj=None):
+        # A tenant's id is in every row and event: it never changes.
+        return ("id", "created_at") if obj is not None else ("created_at",)
+
+    def has_add_permission(self, request):
+        # A new tenant would belong to nobody a non-superuser could see.
+        return request.user.is_superuser and super().has_add_permission(request)
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        created = tenant_create(slug=obj.id, name=obj.name)
+        obj.created_at = created.created_at
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdmin):
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("role", ("tenant", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("user__username", "tenant__id")
+    list_select_related = ("user", "tenant")
+    autocomplete_fields = ()
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("user", "tenant", "created_at") if obj is not None else ("created_at",)
+
+    def save_model(self, request, obj, form, change):
+        saved = membership_add(username=obj.user.get_username(), tenant_id=obj.tenant_id, role=obj.role)
+        obj.pk = saved.pk
+        obj.created_at = saved.created_at
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(TenantScopedAdmin):
+    list_display = ("prefix_display", "label", "tenant", "created_at", "last_used_at", "revoked_at")
+    list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), ("revoked_at", admin.EmptyFieldListFilter))
+    search_fields = ("label", "prefix", "tenant__id")
+    actions = ["revoke"]
+
+    @admin.display(description="key", ordering="prefix")
+    def prefix_display(self, obj: ApiKey) -> str:
+        return f"{obj.prefix}…"
+
+    def get_fields(self, request, obj=None):
+        if obj is None:
+            return ("tenant", "label")
+        return ("tenant", "label", "prefix_display", "created_at", "last_used_at", "revoked_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return ()
+        return ("tenant", "prefix_display", "created_at", "last_used_at", "revoked_at")
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        key, raw = api_key_create(tenant_id=obj.tenant_id, label=obj.label)
+        for field in ("pk", "prefix", "key_hash", "created_at"):
+            setattr(obj, field, getattr(key, field))
+        # The raw key exists only in this response; it is not stored anywhere.
+        messages.warning(
+            request,
+            f"New API key for tenant {key.tenant_id}: {raw} — copy it now, it will not be shown again.",
+        )
+
+    @admin.action(description="Revoke selected API keys", permissions=["change"])
+    def revoke(self, request, queryset):
+        count = api_key_revoke(key_ids=list(queryset.values_list("pk", flat=True)), tenant_ids=visible_tenant_ids(request))
+        self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)

@@ -1,0 +1,88 @@
+"""Operator admin of worker sessions and their loop runs: read-only records (SPEC §13).
+
+They describe the workers, not any tenant, so they are not tenant-scoped.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import admin
+from django.utils.html import format_html
+
+from eventservice.ids import utcnow
+from workers.models import LoopRun, WorkerSession
+
+
+class ReadOnly(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class LoopRunInline(admin.TabularInline):
+    model = LoopRun
+    extra = 0
+    can_delete = False
+    fields = ("loop", "started_at", "runs", "duration_ms", "items", "errors", "error_message")
+    readonly_fields = fields
+    ordering = ("-started_at",)
+    max_num = 0
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(errors__gt=0)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    verbose_name_plural = "loop runs with errors"
+
+
+@admin.register(WorkerSession)
+class WorkerSessionAdmin(ReadOnly):
+    list_display = ("id", "hostname", "pid", "status", "started_at", "last_heartbeat_at", "heartbeat_age", "stopped_at")
+    list_filter = ("status", "hostname")
+    search_fields = ("id", "hostname")
+    inlines = [LoopRunInline]
+
+    @admin.display(description="heartbeat age")
+    def heartbeat_age(self, obj: WorkerSession) -> str:
+        age = (utcnow() - obj.last_heartbeat_at).total_seconds()
+        if obj.status == WorkerSession.Status.RUNNING and age > settings.WORKER_STALE_SECONDS:
+            return format_html('<strong style="color:#a12a2a">{} s (stale)</strong>', f"{age:.1f}")
+        return f"{age:.1f} s"
+
+
+class HasErrorsFilter(admin.SimpleListFilter):
+    title = "errors"
+    parameter_name = "errors"
+
+    def lookups(self, request, model_admin):
+        return [("yes", "With errors"), ("no", "Without errors")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(errors__gt=0)
+        if self.value() == "no":
+            return queryset.filter(errors=0)
+        return queryset
+
+
+@admin.register(LoopRun)
+class LoopRunAdmin(ReadOnly):
+    list_display = ("loop", "session", "started_at", "runs", "duration_ms", "items", "errors", "error_short")
+    list_filter = ("loop", HasErrorsFilter, ("started_at", admin.DateFieldListFilter))
+    list_select_related = ("session",)
+    list_per_page = 100
+    show_full_result_count = False
+
+    @admin.display(description="error")
+    def error_short(self, obj: LoopRun) -> str:
+        return obj.error_message[:120] or "—"
