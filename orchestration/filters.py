@@ -21,8 +21,9 @@ from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
+from eventservice.errors import ValidationFailed
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
-from orchestration.validation import _TAG_RE, MAX_TAG, MAX_TAGS
+from orchestration.validation import validate_tags
 
 MAX_QUERY = 200
 # A call's id is minted a moment after its submittedAt; this margin keeps the id-range hint
@@ -44,15 +45,14 @@ class MultipleValueField(forms.Field):
 
 
 class TagsField(MultipleValueField):
+    """Tags checked by the same rule as a submission's tags (orchestration.validation)."""
+
     def validate(self, value: list[str]) -> None:
         super().validate(value)
-        for tag in value:
-            if not _TAG_RE.match(tag):
-                raise forms.ValidationError(
-                    f"Tag {tag[:40]!r} must be 1-{MAX_TAG} characters without whitespace."
-                )
-        if len(set(value)) > MAX_TAGS:
-            raise forms.ValidationError(f"At most {MAX_TAGS} tags can be filtered on.")
+        try:
+            validate_tags(value)
+        except ValidationFailed as exc:
+            raise forms.ValidationError([m for messages in exc.errors.values() for m in messages]) from None
 
 
 class InstantField(forms.Field):

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
-from eventservice.ids import utcnow
+from eventservice.ids import iso_ms, utcnow
 from execution.models import HttpExecution
 from orchestration.selectors import status_counts
 from outbox.models import OutboxEvent
@@ -62,12 +62,12 @@ def health_report(*, now: datetime | None = None) -> tuple[bool, dict[str, Any]]
     """(healthy, body): healthy when the database answers and a worker beat recently."""
     now = now or utcnow()
     if not database_ok():
-        return False, {"status": "unavailable", "checkedAt": now.isoformat(), "database": {"ok": False}}
+        return False, {"status": "unavailable", "checkedAt": iso_ms(now), "database": {"ok": False}}
     worker = worker_heartbeat(now=now)
     healthy = worker["ok"]
     return healthy, {
         "status": "ok" if healthy else "degraded",
-        "checkedAt": now.isoformat(),
+        "checkedAt": iso_ms(now),
         "database": {"ok": True},
         "worker": worker,
         "timers": timers_backlog(now=now),
