@@ -193,3 +193,10 @@ def test_a_page_beyond_new_submissions_stays_stable(acme_api, sixty):
     submit(acme_api, name="brand new")
     second = acme_api.get(page["next"]).json()
     assert [row["serviceCallId"] for row in second["results"]] == list(reversed(sixty))[25:50]
+
+
+def test_a_page_costs_the_same_few_queries_however_many_calls_it_shows(acme_api, sixty, django_assert_max_num_queries):
+    # The key lookup, the page, and the page's tags (prefetched): never one query per call.
+    with django_assert_max_num_queries(4):
+        response = acme_api.get(calls_url(), {"limit": 60, "tag": "bulk"})
+    assert len(response.json()["results"]) == 60
