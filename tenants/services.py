@@ -25,6 +25,8 @@ def tenant_create(*, slug: str, name: str = "") -> Tenant:
         tenant_slug_validator(slug)
     except ValidationError as exc:
         raise ValidationFailed({"tenant": exc.messages}) from None
+    if len(name) > 200:
+        raise ValidationFailed({"name": ["A tenant name is at most 200 characters."]})
     if Tenant.objects.filter(id=slug).exists():
         raise ValidationFailed({"tenant": [f"Tenant {slug!r} already exists."]})
     return Tenant.objects.create(id=slug, name=name or slug)
@@ -34,9 +36,11 @@ def api_key_create(*, tenant_id: str, label: str = "") -> tuple[ApiKey, str]:
     """Create a key and return it with the raw key, which is never stored."""
     if not Tenant.objects.filter(id=tenant_id).exists():
         raise NotFound(f"Tenant {tenant_id!r} does not exist.")
+    if len(label) > 200:
+        raise ValidationFailed({"label": ["A key label is at most 200 characters."]})
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey.objects.create(
-        tenant_id=tenant_id, label=label[:200], prefix=raw[:10], key_hash=hash_api_key(raw)
+        tenant_id=tenant_id, label=label, prefix=raw[:10], key_hash=hash_api_key(raw)
     )
     return key, raw
 

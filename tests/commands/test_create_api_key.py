@@ -55,7 +55,7 @@ def test_it_refuses_an_unknown_tenant_and_stores_nothing():
 def test_it_refuses_a_label_longer_than_200_characters(acme):
     result = call("create_api_key", "acme", "--label", "l" * 201)
     assert result.code == 1
-    assert "The label must be at most 200 characters." in result.err
+    assert "--label: A key label is at most 200 characters." in result.err
     assert not ApiKey.objects.exists()
 
 

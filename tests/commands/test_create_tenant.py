@@ -44,7 +44,7 @@ def test_it_refuses_an_existing_tenant_and_leaves_it_unchanged():
 def test_it_refuses_a_name_longer_than_200_characters():
     result = call("create_tenant", "acme", "--name", "n" * 201)
     assert result.code == 1
-    assert "The name must be at most 200 characters." in result.err
+    assert "--name: A tenant name is at most 200 characters." in result.err
     assert not Tenant.objects.exists()
 
 

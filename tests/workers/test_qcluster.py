@@ -74,7 +74,8 @@ def test_a_clean_stop_closes_the_worker_sessions(world, cluster, tmp_path):
 
 
 def test_a_call_submitted_through_the_api_succeeds_with_its_snippet_and_four_events(world, http_target, cluster, client):
-    cluster()
+    # INFO logging on: every log line the workers write must be well-formed.
+    cluster(LOG_LEVEL="INFO", EVENT_LOG_LEVEL="INFO")
     auth = {"HTTP_AUTHORIZATION": f"Bearer {world.acme_key}"}
     response = client.post(
         "/api/tenants/acme/service-calls",

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from eventservice.errors import ApplicationError
 from orchestration.management.commands._cli import command_error
 from tenants.services import api_key_create
-
-MAX_LABEL = 200
 
 
 class Command(BaseCommand):
@@ -23,12 +21,10 @@ class Command(BaseCommand):
         parser.add_argument("--quiet", action="store_true", help="Print only the key (for scripts).")
 
     def handle(self, *args, tenant: str, label: str, quiet: bool, **options) -> None:
-        if len(label) > MAX_LABEL:
-            raise CommandError(f"The label must be at most {MAX_LABEL} characters.")
         try:
             key, raw = api_key_create(tenant_id=tenant, label=label)
         except ApplicationError as exc:
-            raise command_error(exc) from None
+            raise command_error(exc, options={"label": "--label"}) from None
         if quiet:
             self.stdout.write(raw)
             return

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from eventservice.errors import ApplicationError
 from orchestration.management.commands._cli import command_error
 from tenants.services import tenant_create
-
-MAX_NAME = 200
 
 
 class Command(BaseCommand):
@@ -22,11 +20,8 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="A display name (default: the slug).")
 
     def handle(self, *args, slug: str, name: str, **options) -> None:
-        # tenant_create does not bound the name; the column holds 200 characters.
-        if len(name) > MAX_NAME:
-            raise CommandError(f"The name must be at most {MAX_NAME} characters.")
         try:
             tenant = tenant_create(slug=slug, name=name)
         except ApplicationError as exc:
-            raise command_error(exc, options={"tenant": "slug"}) from None
+            raise command_error(exc, options={"tenant": "slug", "name": "--name"}) from None
         self.stdout.write(f"Created tenant {tenant.id} ({tenant.name}).")
