@@ -26,3 +26,9 @@ def iso_ms(value: datetime | None) -> str | None:
 
 def epoch_ms(value: datetime) -> int:
     return int(value.timestamp() * 1000)
+
+
+def short_id(value: object) -> str:
+    """The last 8 hex digits of an id. (A UUID v7 starts with its timestamp, so the first
+    digits are the same for every call made within a minute.)"""
+    return str(value).replace("-", "")[-8:]

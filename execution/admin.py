@@ -7,6 +7,7 @@ import uuid
 from django.contrib import admin
 from django.db.models import Q
 
+from eventservice.ids import short_id
 from execution.models import HttpExecution
 from orchestration.admin import headers_table
 from tenants.admin import ReadOnlyAdmin
@@ -47,7 +48,7 @@ class HttpExecutionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="id")
     def short_id(self, obj: HttpExecution) -> str:
-        return str(obj.execution_id)[:8]
+        return short_id(obj.execution_id)
 
     @admin.display(description="request headers (secrets redacted)")
     def request_headers_shown(self, obj: HttpExecution) -> str:

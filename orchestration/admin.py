@@ -16,7 +16,7 @@ from django.db.models import Count, Prefetch, Q
 from django.utils.html import format_html, format_html_join
 
 from eventservice.api.representation import outcome_representation
-from eventservice.ids import new_id
+from eventservice.ids import new_id, short_id
 from execution.models import HttpExecution
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import ServiceCall, ServiceCallTag
@@ -159,7 +159,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
 
     @admin.display(description="id", ordering="service_call_id")
     def short_id(self, obj: ServiceCall) -> str:
-        return str(obj.service_call_id)[:8]
+        return short_id(obj.service_call_id)
 
     @admin.display(description="status", ordering="status")
     def status_shown(self, obj: ServiceCall) -> str:

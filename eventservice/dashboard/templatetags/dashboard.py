@@ -11,6 +11,7 @@ from django.http import QueryDict
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from eventservice import ids
 from eventservice.ids import iso_ms
 from orchestration.secrets import redact_headers
 
@@ -47,7 +48,7 @@ def badge(status: str) -> str:
 
 @register.filter
 def short_id(value: Any) -> str:
-    return str(value)[:8]
+    return ids.short_id(value)
 
 
 @register.filter

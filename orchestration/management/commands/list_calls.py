@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import QueryDict
 
 from eventservice.api.representation import service_call_representation
+from eventservice.ids import short_id
 from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.management.commands._cli import require_tenant
 from orchestration.models import ServiceCall
@@ -119,7 +120,7 @@ class Command(BaseCommand):
             when = f"started {_time(call.started_at)}" if call.started_at else f"due {_time(call.due_at)}"
             rows.append(
                 (
-                    str(call.service_call_id)[-8:],
+                    short_id(call.service_call_id),
                     _clip(call.name, 32),
                     call.status,
                     _time(call.submitted_at),
