@@ -16,11 +16,22 @@ from tenants.admin import ReadOnlyAdmin
 @admin.register(HttpExecution)
 class HttpExecutionAdmin(ReadOnlyAdmin):
     list_display = (
-        "short_id", "service_call_id", "tenant", "state", "request_method", "request_url", "response_status",
-        "latency_ms", "error_kind", "started_at",
+        "short_id",
+        "service_call_id",
+        "tenant",
+        "state",
+        "request_method",
+        "request_url",
+        "response_status",
+        "latency_ms",
+        "error_kind",
+        "started_at",
     )
     list_filter = (
-        "state", "error_kind", "request_method", ("tenant", admin.RelatedOnlyFieldListFilter),
+        "state",
+        "error_kind",
+        "request_method",
+        ("tenant", admin.RelatedOnlyFieldListFilter),
         ("started_at", admin.DateFieldListFilter),
     )
     search_fields = ("request_url",)
@@ -28,10 +39,26 @@ class HttpExecutionAdmin(ReadOnlyAdmin):
     list_per_page = 100
     show_full_result_count = False
     fields = (
-        "execution_id", "service_call", "tenant", "attempt", "state", "worker_id", "started_at", "finished_at",
-        "request_method", "request_url", "request_headers_shown", "request_body", "timeout_ms",
-        "response_status", "response_headers_shown", "response_body", "response_body_truncated", "latency_ms",
-        "error_kind", "error_message",
+        "execution_id",
+        "service_call",
+        "tenant",
+        "attempt",
+        "state",
+        "worker_id",
+        "started_at",
+        "finished_at",
+        "request_method",
+        "request_url",
+        "request_headers_shown",
+        "request_body",
+        "timeout_ms",
+        "response_status",
+        "response_headers_shown",
+        "response_body",
+        "response_body_truncated",
+        "latency_ms",
+        "error_kind",
+        "error_message",
     )
     readonly_fields = fields
 

@@ -31,7 +31,9 @@ TAG_CHOICES_LIMIT = 100
 
 
 def pretty_json(value) -> str:
-    return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False))
+    return format_html(
+        '<pre style="white-space:pre-wrap;margin:0">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
+    )
 
 
 def headers_table(headers) -> str:
@@ -102,8 +104,17 @@ class TimerInline(ReadOnlyInline):
 class AttemptInline(ReadOnlyInline):
     model = HttpExecution
     fields = (
-        "attempt", "state", "worker_id", "started_at", "finished_at", "response_status", "latency_ms",
-        "error_kind", "error_message", "request_headers_shown", "response_headers_shown",
+        "attempt",
+        "state",
+        "worker_id",
+        "started_at",
+        "finished_at",
+        "response_status",
+        "latency_ms",
+        "error_kind",
+        "error_message",
+        "request_headers_shown",
+        "response_headers_shown",
     )
     readonly_fields = fields
     verbose_name_plural = "attempts"
@@ -120,12 +131,24 @@ class AttemptInline(ReadOnlyInline):
 @admin.register(ServiceCall)
 class ServiceCallAdmin(ReadOnlyAdmin):
     list_display = (
-        "short_id", "name", "tenant", "status_shown", "submitted_at", "due_at", "started_at", "finished_at",
-        "error_kind", "tag_list",
+        "short_id",
+        "name",
+        "tenant",
+        "status_shown",
+        "submitted_at",
+        "due_at",
+        "started_at",
+        "finished_at",
+        "error_kind",
+        "tag_list",
     )
     list_filter = (
-        "status", TagListFilter, ("tenant", admin.RelatedOnlyFieldListFilter), "error_kind",
-        ("submitted_at", admin.DateFieldListFilter), ("due_at", admin.DateFieldListFilter),
+        "status",
+        TagListFilter,
+        ("tenant", admin.RelatedOnlyFieldListFilter),
+        "error_kind",
+        ("submitted_at", admin.DateFieldListFilter),
+        ("due_at", admin.DateFieldListFilter),
     )
     search_fields = ("name",)
     search_help_text = "Name or URL contains the text, or the id (or its first characters) matches."
@@ -133,8 +156,20 @@ class ServiceCallAdmin(ReadOnlyAdmin):
     list_per_page = 50
     show_full_result_count = False
     fields = (
-        "service_call_id", "tenant", "name", "status", "error_kind", "submitted_at", "due_at", "started_at",
-        "finished_at", "request_shown", "outcome_shown", "correlation_id", "idempotency_key", "rerun_of",
+        "service_call_id",
+        "tenant",
+        "name",
+        "status",
+        "error_kind",
+        "submitted_at",
+        "due_at",
+        "started_at",
+        "finished_at",
+        "request_shown",
+        "outcome_shown",
+        "correlation_id",
+        "idempotency_key",
+        "rerun_of",
         "events_shown",
     )
     readonly_fields = fields
@@ -142,8 +177,11 @@ class ServiceCallAdmin(ReadOnlyAdmin):
     actions = ["run_again"]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("tenant").prefetch_related(
-            Prefetch("tag_rows", queryset=ServiceCallTag.objects.order_by("id"))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("tenant")
+            .prefetch_related(Prefetch("tag_rows", queryset=ServiceCallTag.objects.order_by("id")))
         )
 
     def get_search_results(self, request, queryset, search_term):
@@ -164,8 +202,10 @@ class ServiceCallAdmin(ReadOnlyAdmin):
     @admin.display(description="status", ordering="status")
     def status_shown(self, obj: ServiceCall) -> str:
         colours = {
-            ServiceCall.Status.SCHEDULED: "#34509f", ServiceCall.Status.RUNNING: "#875800",
-            ServiceCall.Status.SUCCEEDED: "#1d6b3f", ServiceCall.Status.FAILED: "#a12a2a",
+            ServiceCall.Status.SCHEDULED: "#34509f",
+            ServiceCall.Status.RUNNING: "#875800",
+            ServiceCall.Status.SUCCEEDED: "#1d6b3f",
+            ServiceCall.Status.FAILED: "#a12a2a",
         }
         return format_html('<strong style="color:{}">{}</strong>', colours.get(obj.status, "inherit"), obj.status)
 
@@ -191,11 +231,21 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         return format_html(
             "<table><thead><tr><th>#</th><th>type</th><th>created</th><th>published</th><th>attempts</th>"
             "<th>last error</th></tr></thead><tbody>{}</tbody></table>",
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", (
-                (row.id, row.event_type, row.created_at, row.published_at or "unpublished", row.attempts,
-                 row.last_error[:200] or "—")
-                for row in rows
-            )),
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                (
+                    (
+                        row.id,
+                        row.event_type,
+                        row.created_at,
+                        row.published_at or "unpublished",
+                        row.attempts,
+                        row.last_error[:200] or "—",
+                    )
+                    for row in rows
+                ),
+            ),
         )
 
     def has_rerun_permission(self, request) -> bool:
@@ -207,7 +257,8 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         created = []
         for call in queryset:
             new_call = service_call_rerun(
-                tenant_id=call.tenant_id, service_call_id=call.service_call_id,
+                tenant_id=call.tenant_id,
+                service_call_id=call.service_call_id,
                 correlation_id=getattr(request, "correlation_id", None) or str(new_id()),
             )
             created.append(str(new_call.service_call_id)[:8])

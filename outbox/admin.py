@@ -52,7 +52,14 @@ class TenantIdFilter(admin.SimpleListFilter):
 @admin.register(OutboxEvent)
 class OutboxEventAdmin(ReadOnlyAdmin):
     list_display = (
-        "id", "event_type", "tenant_id", "aggregate_short", "created_at", "published_at", "lag", "attempts",
+        "id",
+        "event_type",
+        "tenant_id",
+        "aggregate_short",
+        "created_at",
+        "published_at",
+        "lag",
+        "attempts",
         "last_error_short",
     )
     list_filter = (PublishedFilter, "event_type", TenantIdFilter, ("created_at", admin.DateFieldListFilter))
@@ -61,8 +68,19 @@ class OutboxEventAdmin(ReadOnlyAdmin):
     list_per_page = 100
     show_full_result_count = False
     fields = (
-        "id", "event_id", "event_type", "tenant_id", "aggregate_id", "created_at", "published_at", "lag",
-        "attempts", "next_attempt_at", "locked_until", "last_error", "envelope",
+        "id",
+        "event_id",
+        "event_type",
+        "tenant_id",
+        "aggregate_id",
+        "created_at",
+        "published_at",
+        "lag",
+        "attempts",
+        "next_attempt_at",
+        "locked_until",
+        "last_error",
+        "envelope",
     )
     readonly_fields = fields
     actions = ["publish_again"]
@@ -97,8 +115,10 @@ class OutboxEventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="envelope")
     def envelope(self, obj: OutboxEvent) -> str:
-        return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>',
-                           json.dumps(obj.event_payload, indent=2, ensure_ascii=False))
+        return format_html(
+            '<pre style="white-space:pre-wrap;margin:0">{}</pre>',
+            json.dumps(obj.event_payload, indent=2, ensure_ascii=False),
+        )
 
     def has_publish_again_permission(self, request) -> bool:
         return request.user.has_perm("outbox.change_outboxevent")

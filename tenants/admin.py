@@ -97,8 +97,10 @@ class TenantAdmin(TenantScopedAdmin):
     inlines = [MembershipInline]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(
-            _members=Count("memberships", distinct=True), _keys=Count("api_keys", distinct=True)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_members=Count("memberships", distinct=True), _keys=Count("api_keys", distinct=True))
         )
 
     @admin.display(description="members", ordering="_members")
@@ -178,5 +180,7 @@ class ApiKeyAdmin(TenantScopedAdmin):
 
     @admin.action(description="Revoke selected API keys", permissions=["change"])
     def revoke(self, request, queryset):
-        count = api_key_revoke(key_ids=list(queryset.values_list("pk", flat=True)), tenant_ids=visible_tenant_ids(request))
+        count = api_key_revoke(
+            key_ids=list(queryset.values_list("pk", flat=True)), tenant_ids=visible_tenant_ids(request)
+        )
         self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)

@@ -47,7 +47,9 @@ class RequestForm(forms.Form):
     name = forms.CharField(required=False, strip=True, widget=forms.TextInput(attrs={"autocomplete": "off"}))
     method = forms.ChoiceField(choices=[(m, m) for m in METHODS], initial="GET")
     url = forms.CharField(
-        label="URL", required=False, strip=True,
+        label="URL",
+        required=False,
+        strip=True,
         widget=forms.TextInput(attrs={"placeholder": "https://api.example.com/orders", "spellcheck": "false"}),
     )
     # Not a control of its own: it carries the header rows' errors.
@@ -58,7 +60,8 @@ class RequestForm(forms.Form):
         initial=BodyFormat.JSON,
     )
     body = forms.CharField(
-        required=False, strip=False,
+        required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 8, "spellcheck": "false", "class": "code"}),
     )
     tags = forms.CharField(
@@ -67,13 +70,15 @@ class RequestForm(forms.Form):
         help_text="Separated by spaces or commas.",
     )
     when = forms.ChoiceField(
-        label="Execution", required=False,
+        label="Execution",
+        required=False,
         choices=[(When.NOW, "Execute now"), (When.SCHEDULE, "Schedule")],
         initial=When.NOW,
         widget=forms.RadioSelect,
     )
     due_local = forms.CharField(
-        label="Date and time", required=False,
+        label="Date and time",
+        required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
     )
     # Filled by the page's script: the chosen time in UTC, and the browser's offset (minutes
@@ -81,7 +86,10 @@ class RequestForm(forms.Form):
     due_at = forms.CharField(required=False, widget=forms.HiddenInput)
     tz_offset = forms.IntegerField(required=False, widget=forms.HiddenInput, min_value=-24 * 60, max_value=24 * 60)
     timeout_ms = forms.IntegerField(
-        label="Timeout (ms)", required=False, min_value=1, max_value=MAX_TIMEOUT_MS,
+        label="Timeout (ms)",
+        required=False,
+        min_value=1,
+        max_value=MAX_TIMEOUT_MS,
         widget=forms.NumberInput(attrs={"placeholder": "30000"}),
     )
     # A fresh key per rendered form: submitting the same form twice stores one call.
@@ -106,7 +114,8 @@ class RequestForm(forms.Form):
         """Header rows to render: secret values are never echoed back into the page."""
         rows = [
             {"name": name, "value": "" if is_secret_header(name) else value, "secret": is_secret_header(name)}
-            for name, value in self.header_rows if name or value
+            for name, value in self.header_rows
+            if name or value
         ]
         return rows or [{"name": "", "value": "", "secret": False}]
 

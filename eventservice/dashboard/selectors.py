@@ -93,5 +93,6 @@ def call_tenant_id(*, service_call_id: uuid.UUID, tenant_ids: Collection[str]) -
     """Which of these tenants owns the call (a shared link may point into another of them)."""
     return (
         ServiceCall.objects.filter(pk=service_call_id, tenant_id__in=list(tenant_ids))
-        .values_list("tenant_id", flat=True).first()
+        .values_list("tenant_id", flat=True)
+        .first()
     )

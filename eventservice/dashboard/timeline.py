@@ -19,15 +19,17 @@ class Step:
 
 
 def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step]:
-    scheduled_at = next(
-        (event.created_at for event in events if event.event_type == OutboxEvent.Type.SCHEDULED), None
-    )
+    scheduled_at = next((event.created_at for event in events if event.event_type == OutboxEvent.Type.SCHEDULED), None)
     due_gap = call.due_at - call.submitted_at
     steps = [
         Step("Submitted", call.submitted_at),
         Step("Scheduled", scheduled_at or call.submitted_at),
-        Step("Due", call.due_at, "at submission" if due_gap <= timedelta(0) else "after submission", due_gap
-             if due_gap > timedelta(0) else None),
+        Step(
+            "Due",
+            call.due_at,
+            "at submission" if due_gap <= timedelta(0) else "after submission",
+            due_gap if due_gap > timedelta(0) else None,
+        ),
     ]
     if call.started_at is not None:
         steps.append(Step("Started", call.started_at, "lateness", call.started_at - call.due_at))
@@ -35,10 +37,14 @@ def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step
         steps.append(Step("Started", None, "not yet"))
     if call.finished_at is not None:
         latency = _latency_ms(call)
-        steps.append(Step(
-            "Finished", call.finished_at, "latency" if latency is not None else "",
-            latency if latency is not None else None,
-        ))
+        steps.append(
+            Step(
+                "Finished",
+                call.finished_at,
+                "latency" if latency is not None else "",
+                latency if latency is not None else None,
+            )
+        )
     else:
         steps.append(Step("Finished", None, "not yet"))
     return steps

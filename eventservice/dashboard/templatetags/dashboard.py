@@ -36,7 +36,9 @@ def when_ms(value: datetime | None) -> str:
         return mark_safe('<span class="muted">—</span>')
     iso = iso_ms(value)
     return format_html(
-        '<time datetime="{}" title="{} UTC" data-ms>{} UTC</time>', iso, iso[:23].replace("T", " "),
+        '<time datetime="{}" title="{} UTC" data-ms>{} UTC</time>',
+        iso,
+        iso[:23].replace("T", " "),
         iso[:23].replace("T", " "),
     )
 

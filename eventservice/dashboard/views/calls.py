@@ -57,9 +57,19 @@ def calls_page(request: HttpRequest) -> HttpResponse:
         "q": request.GET.get("q", ""),
         "submitted_from": request.GET.get("submittedFrom", ""),
         "submitted_to": request.GET.get("submittedTo", ""),
-        "filtered": any(request.GET.get(name) for name in (
-            "status", "tag", "q", "submittedFrom", "submittedTo", "dueFrom", "dueTo", "favorite",
-        )),
+        "filtered": any(
+            request.GET.get(name)
+            for name in (
+                "status",
+                "tag",
+                "q",
+                "submittedFrom",
+                "submittedTo",
+                "dueFrom",
+                "dueTo",
+                "favorite",
+            )
+        ),
     }
     return render(request, "dashboard/calls.html", context, status=200 if valid else 400)
 
@@ -75,11 +85,18 @@ def calls_live(request: HttpRequest) -> JsonResponse:
         except ValueError:
             continue
     calls = service_calls_for_tenant(tenant_id=request.tenant.id).filter(pk__in=ids)
-    return JsonResponse({"calls": [{
-        "serviceCallId": str(call.service_call_id),
-        "status": call.status,
-        "dueAt": iso_ms(call.due_at),
-        "startedAt": iso_ms(call.started_at),
-        "finishedAt": iso_ms(call.finished_at),
-        "errorKind": call.error_kind,
-    } for call in calls]})
+    return JsonResponse(
+        {
+            "calls": [
+                {
+                    "serviceCallId": str(call.service_call_id),
+                    "status": call.status,
+                    "dueAt": iso_ms(call.due_at),
+                    "startedAt": iso_ms(call.started_at),
+                    "finishedAt": iso_ms(call.finished_at),
+                    "errorKind": call.error_kind,
+                }
+                for call in calls
+            ]
+        }
+    )

@@ -34,7 +34,9 @@ def wants_json(request: HttpRequest) -> bool:
 
 def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:
     target = request.POST.get("next") or request.GET.get("next") or ""
-    if not url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
         target = fallback
     return HttpResponseRedirect(target)
 

@@ -72,7 +72,9 @@ def call_tags(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse:
     tags = [tag for tag in split_tags(form.cleaned_data.get("tags", "")) if tag != FAVORITE_TAG] + keep_star
     try:
         service_call_tags_set(
-            tenant_id=call.tenant_id, service_call_id=call.service_call_id, tags=tags,
+            tenant_id=call.tenant_id,
+            service_call_id=call.service_call_id,
+            tags=tags,
             correlation_id=request.correlation_id,
         )
     except ValidationFailed as exc:
@@ -97,7 +99,9 @@ def call_favorite(request: HttpRequest, service_call_id: uuid.UUID) -> HttpRespo
     favorite = bool(form.cleaned_data.get("favorite"))
     try:
         service_call_favorite_set(
-            tenant_id=call.tenant_id, service_call_id=call.service_call_id, favorite=favorite,
+            tenant_id=call.tenant_id,
+            service_call_id=call.service_call_id,
+            favorite=favorite,
             correlation_id=request.correlation_id,
         )
     except ValidationFailed as exc:  # e.g. already 20 tags: the star would be the 21st

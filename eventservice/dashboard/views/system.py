@@ -40,8 +40,6 @@ def system_page(request: HttpRequest) -> HttpResponse:
         "outbox": outbox_backlog(now=now, tenant_ids=scope),
         "failed_calls": recent_failed_calls(tenant_ids=scope),
         "loop_errors": recent_loop_errors() if request.user.is_superuser else [],
-        "tenant_counts": [
-            (tenant, status_counts(tenant_id=tenant.id)) for tenant in request.tenants[:50]
-        ],
+        "tenant_counts": [(tenant, status_counts(tenant_id=tenant.id)) for tenant in request.tenants[:50]],
     }
     return render(request, "dashboard/system.html", context)

@@ -18,10 +18,14 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("username", help="An existing user (create one with: manage.py createsuperuser or the admin).")
+        parser.add_argument(
+            "username", help="An existing user (create one with: manage.py createsuperuser or the admin)."
+        )
         parser.add_argument("tenant", help="The tenant id (create one with: manage.py create_tenant).")
         parser.add_argument(
-            "--role", choices=Membership.Role.values, default=Membership.Role.MEMBER,
+            "--role",
+            choices=Membership.Role.values,
+            default=Membership.Role.MEMBER,
             help="owner or member (default: member).",
         )
 
@@ -29,7 +33,9 @@ class Command(BaseCommand):
         if not get_user_model().objects.filter(username=username).exists():
             raise CommandError(f"User {username!r} does not exist.")
         require_tenant(tenant)
-        previous = Membership.objects.filter(user__username=username, tenant_id=tenant).values_list("role", flat=True).first()
+        previous = (
+            Membership.objects.filter(user__username=username, tenant_id=tenant).values_list("role", flat=True).first()
+        )
         try:
             membership = membership_add(username=username, tenant_id=tenant, role=role)
         except ApplicationError as exc:
@@ -37,6 +43,10 @@ class Command(BaseCommand):
         if previous is None:
             self.stdout.write(f"Added {username} to tenant {membership.tenant_id} as {membership.role}.")
         elif previous == membership.role:
-            self.stdout.write(f"{username} is already {membership.role} of tenant {membership.tenant_id}; nothing changed.")
+            self.stdout.write(
+                f"{username} is already {membership.role} of tenant {membership.tenant_id}; nothing changed."
+            )
         else:
-            self.stdout.write(f"Changed {username}'s role in tenant {membership.tenant_id} from {previous} to {membership.role}.")
+            self.stdout.write(
+                f"Changed {username}'s role in tenant {membership.tenant_id} from {previous} to {membership.role}."
+            )

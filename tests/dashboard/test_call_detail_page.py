@@ -1,0 +1,106 @@
+"""The details page: request (redacted), response or error, timeline, attempts, events."""
+
+from tenants.services import membership_add
+from tests.dashboard.helpers import failed, submit, succeeded
+
+
+def test_it_shows_the_request_with_secret_header_values_redacted(owner_client, world):
+    call = submit(
+        "acme",
+        "with secrets",
+        method="POST",
+        body={"amount": 3},
+        headers={"Authorization": "Bearer never-show-me", "X-Api-Key": "k-123-secret", "Accept": "text/csv"},
+    )
+    response = owner_client.get(f"/calls/{call.pk}/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "never-show-me" not in html and "k-123-secret" not in html
+    assert "$sealed" not in html
+    assert "text/csv" in html
+    assert html.count("***") == 2
+    assert "&quot;amount&quot;: 3" in html  # pretty-printed JSON body
+
+
+def test_a_succeeded_call_shows_its_response_body_pretty_and_headers_as_a_table(owner_client, world):
+    call = succeeded("acme", "fetch", body='{"hello":"world","n":[1,2]}')
+    html = owner_client.get(f"/calls/{call.pk}/").content.decode()
+    assert 'Response <span class="http-status ok">200</span>' in html
+    assert "&quot;hello&quot;: &quot;world&quot;,\n  &quot;n&quot;: [" in html
+    assert '<th scope="row" class="mono">X-Served-By</th><td class="mono break">target-7</td>' in html
+
+
+def test_a_failed_call_shows_the_error_kind_and_message(owner_client, world):
+    call = failed("acme", "broken")
+    html = owner_client.get(f"/calls/{call.pk}/").content.decode()
+    assert '<span class="error-kind">HttpError</span>' in html
+    assert "The target answered 503 Service Unavailable." in html
+
+
+def test_the_timeline_shows_each_step_with_lateness_and_latency(owner_client, world):
+    call = succeeded("acme", "timed")
+    response = owner_client.get(f"/calls/{call.pk}/")
+    steps = {step.label: step for step in response.context["timeline"]}
+    assert list(steps) == ["Submitted", "Scheduled", "Due", "Started", "Finished"]
+    assert steps["Started"].measure == call.started_at - call.due_at
+    assert steps["Finished"].note == "latency" and steps["Finished"].measure == 42
+    html = response.content.decode()
+    assert "lateness" in html and "42 ms" in html
+
+
+def test_a_scheduled_call_has_no_start_yet(owner_client, world):
+    call = submit("acme", "later", due_in=600)
+    response = owner_client.get(f"/calls/{call.pk}/")
+    steps = {step.label: step for step in response.context["timeline"]}
+    assert steps["Started"].at is None and steps["Finished"].at is None
+    assert steps["Due"].note == "after submission"
+    assert "Not started yet" in response.content.decode()
+
+
+def test_it_lists_attempts_and_events_with_their_publication_state(owner_client, world):
+    from outbox.dispatcher import dispatch_batch
+
+    call = succeeded("acme", "events")
+    dispatch_batch(sinks=[])  # publish what is there (no sink: marks rows published)
+    submit("acme", "other")  # unpublished events of another call do not show
+    response = owner_client.get(f"/calls/{call.pk}/")
+    events = response.context["events"]
+    assert [e.event_type for e in events] == [
+        "ServiceCallSubmitted",
+        "ServiceCallScheduled",
+        "ServiceCallRunning",
+        "ServiceCallSucceeded",
+    ]
+    assert all(e.published_at for e in events)
+    assert response.content.decode().count('<span class="pub pub-yes">published</span>') == 4
+
+
+def test_unpublished_events_are_marked_pending(owner_client, world):
+    call = submit("acme", "fresh")
+    html = owner_client.get(f"/calls/{call.pk}/").content.decode()
+    assert html.count('<span class="pub pub-no">pending</span>') == 2
+
+
+def test_an_outsider_gets_404_for_another_tenants_call(outsider_client, world):
+    call = submit("acme", "private")
+    assert outsider_client.get(f"/calls/{call.pk}/").status_code == 404
+
+
+def test_a_call_of_another_of_the_users_tenants_opens_and_becomes_current(owner_client, world):
+    from eventservice.dashboard.tenancy import SESSION_KEY
+
+    membership_add(username="owner", tenant_id="globex")
+    call = submit("globex", "shared link")
+    owner_client.get("/calls/")
+    assert owner_client.session[SESSION_KEY] == "acme"
+    assert owner_client.get(f"/calls/{call.pk}/").status_code == 200
+    assert owner_client.session[SESSION_KEY] == "globex"
+
+
+def test_a_rerun_links_back_to_its_original(owner_client, world):
+    from orchestration.services import service_call_rerun
+
+    original = submit("acme", "first run")
+    rerun = service_call_rerun(tenant_id="acme", service_call_id=original.pk, correlation_id="c")
+    html = owner_client.get(f"/calls/{rerun.pk}/").content.decode()
+    assert f'href="/calls/{original.pk}/"' in html

@@ -1,0 +1,36 @@
+"""Tag editing on the details page."""
+
+from orchestration.models import ServiceCallTag
+from orchestration.services import service_call_favorite_set
+from tests.dashboard.helpers import submit
+
+
+def _tags(call) -> set[str]:
+    return set(ServiceCallTag.objects.filter(service_call_id=call.pk).values_list("tag", flat=True))
+
+
+def test_it_replaces_the_tags_and_keeps_the_star(owner_client, world):
+    call = submit("acme", "tagged", tags=["old", "keep"])
+    service_call_favorite_set(tenant_id="acme", service_call_id=call.pk, favorite=True)
+    response = owner_client.post(f"/calls/{call.pk}/tags", {"tags": "keep, new-one"})
+    assert response.status_code == 302 and response["Location"] == f"/calls/{call.pk}/"
+    assert _tags(call) == {"keep", "new-one", "favorite"}
+
+
+def test_it_refuses_an_invalid_tag_and_changes_nothing(owner_client, world):
+    call = submit("acme", "tagged", tags=["old"])
+    response = owner_client.post(f"/calls/{call.pk}/tags", {"tags": "x" * 70}, follow=True)
+    assert "without whitespace" in response.content.decode()
+    assert _tags(call) == {"old"}
+
+
+def test_it_answers_json_to_a_script(owner_client, world):
+    call = submit("acme", "tagged")
+    response = owner_client.post(f"/calls/{call.pk}/tags", {"tags": "a b"}, HTTP_ACCEPT="application/json")
+    assert response.json() == {"tags": ["a", "b"]}
+
+
+def test_an_outsider_cannot_tag_another_tenants_call(outsider_client, world):
+    call = submit("acme", "private", tags=["mine"])
+    assert outsider_client.post(f"/calls/{call.pk}/tags", {"tags": "hijacked"}).status_code == 404
+    assert _tags(call) == {"mine"}

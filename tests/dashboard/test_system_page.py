@@ -1,0 +1,59 @@
+"""The system page: staff only; non-superuser staff see only their tenants' data."""
+
+import time
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.dashboard.helpers import failed, submit
+from timer.models import TimerSchedule
+from workers.services import RunRecorder, session_start
+
+
+@pytest.fixture
+def superuser(db):
+    return get_user_model().objects.create_superuser("root", password="pw-root-123")
+
+
+def test_it_is_refused_to_users_who_are_not_staff(owner_client):
+    assert owner_client.get("/system/").status_code == 403
+
+
+def test_a_superuser_sees_workers_backlogs_and_every_tenants_failures(client, world, superuser):
+    session = session_start()
+    recorder = RunRecorder(session_id=session.id)
+    recorder.record("dispatch", started=time.monotonic(), items=0, error=RuntimeError("sink down: broker refused"))
+    recorder.flush(force=True)
+    submit("acme", "later", due_in=600)
+    failed("acme", "acme failure")
+    failed("globex", "globex failure")
+    client.force_login(superuser)
+    response = client.get("/system/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert session.id in html
+    assert response.context["timers"]["scheduled"] == TimerSchedule.objects.filter(state="Scheduled").count() == 3
+    assert response.context["outbox"]["unpublished"] > 0
+    assert "acme failure" in html and "globex failure" in html
+    assert "sink down: broker refused" in html
+
+
+def test_non_superuser_staff_see_only_their_tenants(client, world):
+    submit("acme", "acme later", due_in=600)
+    failed("acme", "acme failure")
+    failed("globex", "globex failure")
+    session = session_start()
+    recorder = RunRecorder(session_id=session.id)
+    recorder.record("dispatch", started=time.monotonic(), items=0, error=RuntimeError("mentions acme internals"))
+    recorder.flush(force=True)
+    client.force_login(world.staff_globex)
+    response = client.get("/system/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "globex failure" in html
+    assert "acme failure" not in html
+    assert "mentions acme internals" not in html
+    # Only globex's timer counts (the helpers leave timers Scheduled: no timer loop runs here).
+    assert response.context["timers"]["scheduled"] == 1
+    assert TimerSchedule.objects.filter(state="Scheduled").count() == 3
+    assert [tenant.id for tenant, _ in response.context["tenant_counts"]] == ["globex"]

@@ -1,0 +1,59 @@
+"""The header's tenant switcher: the current tenant lives in the session, only own tenants."""
+
+from eventservice.dashboard.tenancy import SESSION_KEY
+from tenants.services import membership_add
+from tests.dashboard.helpers import submit
+
+
+def test_a_member_of_one_tenant_sees_its_name_and_no_switcher(owner_client):
+    html = owner_client.get("/calls/").content.decode()
+    assert 'name="tenant"' not in html
+    assert "Acme" in html
+
+
+def test_a_member_of_two_tenants_switches_and_sees_the_other_tenants_calls(owner_client, world):
+    membership_add(username="owner", tenant_id="globex")
+    submit("acme", "acme-only call")
+    submit("globex", "globex-only call")
+
+    html = owner_client.get("/calls/").content.decode()
+    assert 'name="tenant"' in html and '<option value="globex"' in html
+    assert "acme-only call" in html and "globex-only call" not in html
+
+    response = owner_client.post("/tenant/", {"tenant": "globex"})
+    assert response.status_code == 302 and response["Location"] == "/calls/"
+    assert owner_client.session[SESSION_KEY] == "globex"
+    html = owner_client.get("/calls/").content.decode()
+    assert "globex-only call" in html and "acme-only call" not in html
+
+
+def test_it_refuses_to_switch_to_a_tenant_the_user_is_not_a_member_of(outsider_client):
+    outsider_client.get("/calls/")
+    assert outsider_client.session[SESSION_KEY] == "globex"
+    response = outsider_client.post("/tenant/", {"tenant": "acme"}, follow=True)
+    assert "You are not a member of that tenant." in response.content.decode()
+    assert outsider_client.session[SESSION_KEY] == "globex"
+
+
+def test_a_foreign_tenant_left_in_the_session_falls_back_to_the_users_own(outsider_client):
+    session = outsider_client.session
+    session[SESSION_KEY] = "acme"
+    session.save()
+    submit("acme", "secret acme plan")
+    html = outsider_client.get("/calls/").content.decode()
+    assert "secret acme plan" not in html
+    assert outsider_client.session[SESSION_KEY] == "globex"
+
+
+def test_a_user_without_any_tenant_is_told_how_to_get_one(client, db):
+    from django.contrib.auth import get_user_model
+
+    loner = get_user_model().objects.create_user("loner", password="pw-loner-123")
+    client.force_login(loner)
+    response = client.get("/calls/")
+    assert response.status_code == 403
+    assert "manage.py add_member loner" in response.content.decode()
+
+
+def test_switching_needs_a_post(owner_client):
+    assert owner_client.get("/tenant/").status_code == 405
