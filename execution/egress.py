@@ -184,6 +184,21 @@ def normalize_host(host: str) -> str:
     return host
 
 
+def client_host(url: str) -> str:
+    """The host the HTTP client will use for `url`: requests (with urllib3) decodes percent
+    escapes in the host, lower-cases it and IDNA-encodes it, so `http://%31%32%37.0.0.1/`
+    goes to 127.0.0.1. The edge judges this host, as execution will. Raises ValueError."""
+    from requests.exceptions import RequestException
+    from requests.models import PreparedRequest
+
+    prepared = PreparedRequest()
+    try:
+        prepared.prepare_url(url, None)
+        return urlsplit(prepared.url).hostname or ""
+    except (RequestException, ValueError, UnicodeError):
+        raise ValueError("the host is not a valid name or address") from None
+
+
 @dataclass(frozen=True)
 class AllowRule:
     host: str | None = None
@@ -262,17 +277,23 @@ _attempt = threading.local()
 
 
 def _system_resolver(host: str, port: int) -> list[str]:
-    """getaddrinfo, abandoned (not awaited) when the attempt's deadline passes first: the C
-    resolver cannot be interrupted, and a hung lookup must cost one attempt, not a worker."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def _resolve_within_deadline(resolver: Resolver, host: str, port: int) -> list[str]:
+    """Run the resolver, abandoned (not awaited) when the attempt's deadline passes first:
+    the C resolver cannot be interrupted, and a hung lookup must cost one attempt, not a
+    worker thread held for the resolver's own (long) retries."""
     deadline = getattr(_attempt, "deadline", None)
     if deadline is None:
-        return _getaddrinfo(host, port)
+        return resolver(host, port)
     outcome: dict[str, object] = {}
     done = threading.Event()
 
     def lookup() -> None:
         try:
-            outcome["addresses"] = _getaddrinfo(host, port)
+            outcome["addresses"] = resolver(host, port)
         except BaseException as exc:  # handed to the waiting thread
             outcome["error"] = exc
         done.set()
@@ -282,12 +303,7 @@ def _system_resolver(host: str, port: int) -> list[str]:
         raise ResolveTimeout(f"{host} did not resolve in time")
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
-    return outcome["addresses"]  # type: ignore[return-value]
-
-
-def _getaddrinfo(host: str, port: int) -> list[str]:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+    return list(outcome["addresses"])  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True)
@@ -335,7 +351,7 @@ class EgressPolicy:
         try:
             parts = urlsplit(url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            host = normalize_host(parts.hostname or "")
+            host = client_host(url)
         except ValueError:
             return None
         literal = parse_ip_literal(host)
@@ -355,14 +371,16 @@ class EgressPolicy:
             raise EgressDenied(f"the scheme {parts.scheme!r} is refused; only http and https")
         try:
             port = parts.port or (443 if parts.scheme == "https" else 80)
-            host = normalize_host(parts.hostname or "")
+            host = client_host(url)  # what requests made of the URL (idempotent on its own)
         except ValueError as exc:
             raise EgressDenied(f"the URL is malformed: {exc}") from None
         if not host:
             raise EgressDenied("the URL names no host")
         literal = parse_ip_literal(host)
         # A literal is never handed to a resolver: what is checked is what it denotes.
-        addresses: list[str | IPAddress] = [literal] if literal is not None else list(self.resolver(host, port))
+        addresses: list[str | IPAddress] = (
+            [literal] if literal is not None else _resolve_within_deadline(self.resolver, host, port)
+        )
         if not addresses:
             raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
         # Every address must pass: a name answering both a public and a private address
@@ -408,25 +426,27 @@ def _register(sock: socket.socket | None) -> None:
 
 class _HeaderBudget:
     """Wraps the response's reader while http.client reads the status line and headers:
-    refuses more than `max_lines` header lines or `max_bytes` in all."""
+    refuses more than `max_lines` header lines or `max_bytes` in all (1xx interim responses
+    included: a server cannot stream "100 Continue" forever)."""
 
     def __init__(self, fp, max_lines: int, max_bytes: int) -> None:
         self._fp = fp
-        self._lines_left = max_lines + 2  # the status line and the blank line end
+        self._lines_left = max_lines + 1  # the status line
         self._bytes_left = max_bytes
         self._max_lines = max_lines
         self._max_bytes = max_bytes
 
     def readline(self, limit: int = -1) -> bytes:
-        if self._lines_left <= 0:
-            raise ResponseHeadersTooLarge(f"the response has more than {self._max_lines} headers")
         if limit < 0 or limit > self._bytes_left + 1:
             limit = self._bytes_left + 1
         line = self._fp.readline(limit)
-        self._lines_left -= 1
         self._bytes_left -= len(line)
         if self._bytes_left < 0:
             raise ResponseHeadersTooLarge(f"the response headers exceed {self._max_bytes} bytes")
+        if line not in (b"\r\n", b"\n", b""):
+            self._lines_left -= 1
+            if self._lines_left < 0:
+                raise ResponseHeadersTooLarge(f"the response has more than {self._max_lines} headers")
         return line
 
     def close(self) -> None:
@@ -441,8 +461,6 @@ class _BoundedHTTPResponse(http.client.HTTPResponse):
         if self.headers is not None:
             return
         original = self.fp
-        # 1xx interim responses count against the same budget: a server cannot stream
-        # "100 Continue" forever.
         self.fp = _HeaderBudget(original, settings.RESPONSE_MAX_HEADERS, _max_header_bytes())
         try:
             super().begin()

@@ -5,8 +5,9 @@ Never call this inside a database transaction (SPEC §3 rule 7); `perform` check
 Bounds (docs/security.md): one deadline for the whole attempt (resolution, connect, headers
 and body: a server dripping a byte at a time cannot stretch it), at most
 RESPONSE_MAX_HEADERS headers in RESPONSE_MAX_HEADER_BYTES, and at most
-RESPONSE_BODY_MAX_BYTES of body *after* decompression (urllib3 inflates incrementally, never
-more than it is asked for, so a gzip bomb costs the cap, not its expanded size).
+RESPONSE_BODY_MAX_BYTES of body read *after* decompression (urllib3 2.8 inflates
+incrementally, never more than it is asked for), of which only the snippet is kept: a gzip
+bomb or an endless body costs one chunk of memory and a bounded read, not its expanded size.
 """
 
 from __future__ import annotations
@@ -59,12 +60,20 @@ class _DeadlineExceeded(Exception):
 _local = threading.local()
 
 
+class _NoRedirectSession(requests.Session):
+    """requests looks at a redirect even when told not to follow it (to fill
+    `response.next`), and reads the whole body first, without any cap; here a redirect is
+    just a response."""
+
+    def get_redirect_target(self, resp):
+        return None
+
+
 def _session() -> requests.Session:
     session = getattr(_local, "session", None)
     if session is None:
-        session = requests.Session()
+        session = _NoRedirectSession()
         session.trust_env = False  # proxy variables and .netrc are ignored
-        session.max_redirects = 0
         adapter = PinnedAdapter(pool_connections=8, pool_maxsize=8, max_retries=0)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
@@ -186,7 +195,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         )
         if expired.is_set():  # the headers may have been cut short by the deadline
             raise _DeadlineExceeded
-        body, truncated = _read_capped(response, deadline, expired)
+        snippet_bytes, truncated = _read_capped(response, deadline, expired)
     except EgressDenied as exc:
         return failure(ErrorKind.EGRESS_DENIED, str(exc))
     except _DeadlineExceeded:
@@ -204,11 +213,14 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         use_policy(None)
         use_deadline(None)
 
-    snippet_bytes = settings.RESPONSE_BODY_SNIPPET_BYTES
-    snippet = body[:snippet_bytes].decode("utf-8", errors="replace")
-    truncated = truncated or len(body) > snippet_bytes
-    # Secret response headers (Set-Cookie, ...) are redacted before anything stores them.
-    headers_out = redact_headers(dict(list(response.headers.items())[: settings.RESPONSE_MAX_HEADERS]))
+    # A target echoing the request (secret headers included) must not put the secrets in
+    # the outcome: known secret values are scrubbed from the snippet and header values, and
+    # secret response headers (Set-Cookie, ...) are redacted before anything stores them.
+    snippet = _scrub(snippet_bytes.decode("utf-8", errors="replace"), secrets)
+    headers_out = {
+        name: _scrub(value, secrets)
+        for name, value in redact_headers(dict(list(response.headers.items())[: settings.RESPONSE_MAX_HEADERS])).items()
+    }
     status = response.status_code
     if 200 <= status < 300:
         return Outcome(
@@ -223,20 +235,24 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
 
 
 def _read_capped(response: requests.Response, deadline: float, expired: threading.Event) -> tuple[bytes, bool]:
-    """Read the body after decompression up to the cap, within the whole-attempt deadline."""
+    """Read the body, after decompression, up to RESPONSE_BODY_MAX_BYTES and within the
+    whole-attempt deadline. Only the snippet is kept: memory stays one chunk plus the
+    snippet, whatever the cap. Returns (snippet, truncated)."""
     cap = settings.RESPONSE_BODY_MAX_BYTES
-    chunks: list[bytes] = []
+    keep = settings.RESPONSE_BODY_SNIPPET_BYTES
+    snippet = bytearray()
     size = 0
     for chunk in response.iter_content(chunk_size=16384):
         if expired.is_set() or time.monotonic() > deadline:
             raise _DeadlineExceeded
-        chunks.append(chunk)
+        if len(snippet) < keep:
+            snippet += chunk[: keep - len(snippet)]
         size += len(chunk)
-        if size >= cap:
-            return b"".join(chunks)[:cap], True
+        if size > cap:
+            return bytes(snippet), True  # the rest is never read
     if expired.is_set():
         raise _DeadlineExceeded
-    return b"".join(chunks), False
+    return bytes(snippet), size > keep
 
 
 # --- Short, human error messages ----------------------------------------------------------
@@ -285,7 +301,7 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     for cause in causes:
         if isinstance(cause, ssl.SSLCertVerificationError):
             return ErrorKind.TLS_ERROR, f"certificate verify failed: {cause.verify_message}"[:200]
-        if isinstance(cause, (ssl.CertificateError, urllib3.exceptions.CertificateError)):
+        if isinstance(cause, ssl.CertificateError):
             return ErrorKind.TLS_ERROR, "certificate does not match the host name"
         if isinstance(cause, ssl.SSLError):
             reason = getattr(cause, "reason", None) or "handshake failed"

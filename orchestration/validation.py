@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 from eventservice.errors import ValidationFailed
 from eventservice.ids import utcnow
 from execution.egress import REFUSED_HEADERS as _EGRESS_REFUSED_HEADERS
-from execution.egress import EgressPolicy, normalize_host, parse_ip_literal, refused_header
+from execution.egress import EgressPolicy, client_host, parse_ip_literal, refused_header
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MAX_NAME = 200
@@ -138,7 +138,7 @@ def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
     if port == 0:
         return "The URL's port must be between 1 and 65535."
     try:
-        host = normalize_host(parts.hostname)
+        host = client_host(url)
     except ValueError as exc:
         return f"The URL's host is not valid: {exc}."
     if parse_ip_literal(host) is None:
