@@ -1,0 +1,338 @@
+"""validate_submission(): every limit of SPEC §11, at and just past each boundary.
+
+The function is shared by the API, the pages and the commands, so these cases hold at every
+edge; the edges' own tests check that a refusal there stores nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from eventservice.errors import ValidationFailed
+from orchestration.validation import (
+    MAX_BODY_BYTES,
+    one_year_after,
+    parse_due_at,
+    validate_submission,
+    validate_tags,
+)
+
+
+def payload(**overrides):
+    data = {"name": "Ping", "requestSpec": {"method": "GET", "url": "https://api.example.com/v1/ping"}}
+    spec = overrides.pop("spec", {})
+    data["requestSpec"] = {**data["requestSpec"], **spec}
+    data.update(overrides)
+    return data
+
+
+def errors_of(data, **kwargs) -> dict[str, list[str]]:
+    with pytest.raises(ValidationFailed) as caught:
+        validate_submission(data, **kwargs)
+    return caught.value.errors
+
+
+def test_a_minimal_submission_is_cleaned_with_defaults(settings):
+    submission = validate_submission(payload())
+    assert (submission.name, submission.method, submission.url) == ("Ping", "GET", "https://api.example.com/v1/ping")
+    assert (submission.headers, submission.body, submission.tags) == ({}, None, [])
+    assert submission.timeout_ms == settings.EXECUTION_TIMEOUT_MS
+    assert submission.due_at is None and submission.idempotency_key is None
+
+
+@pytest.mark.parametrize("data", [None, [], "x", 1, True])
+def test_it_refuses_a_body_that_is_not_an_object(data):
+    assert errors_of(data) == {"body": ["The request body must be a JSON object."]}
+
+
+def test_it_reports_every_invalid_field_at_once():
+    errors = errors_of({"name": "", "requestSpec": {"method": "TRACE", "url": "ftp://x"}, "tags": "a", "dueAt": 5})
+    assert set(errors) == {"name", "requestSpec.method", "requestSpec.url", "tags", "dueAt"}
+
+
+def test_it_refuses_unknown_fields():
+    assert "body" in errors_of(payload(extra=1))
+    assert "requestSpec" in errors_of(payload(spec={"follow": True}))
+
+
+# --- name -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["x", "a" * 200, "  padded  ", "Ünïcødé ✓", "tab\u00a0nbsp"])
+def test_it_accepts_names_of_1_to_200_characters(name):
+    assert validate_submission(payload(name=name)).name == name.strip()
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [(None, "A name is required."), ("", "A name is required."), ("   ", "A name is required."),
+     (5, "A name is required."), ("a" * 201, "The name must be at most 200 characters."),
+     ("line\nbreak", "The name must not contain control characters."),
+     ("nul\x00", "The name must not contain control characters."),
+     ("del\x7f", "The name must not contain control characters."),
+     ("surrogate\ud800", "The name must not contain control characters.")],
+)
+def test_it_refuses_bad_names(name, message):
+    assert errors_of(payload(name=name))["name"] == [message]
+
+
+# --- method ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "get", "Post"])
+def test_it_accepts_the_five_methods_in_any_case(method):
+    assert validate_submission(payload(spec={"method": method})).method == method.upper()
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS", "TRACE", "CONNECT", "", None, 1, ["GET"]])
+def test_it_refuses_other_methods(method):
+    assert "requestSpec.method" in errors_of(payload(spec={"method": method}))
+
+
+# --- url ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://example.com", "https://example.com:8443/a/b?c=d#frag", "http://sub.example.co.uk/",
+     "http://8.8.8.8/", "http://[2606:4700:4700::1111]/", "https://bücher.example/",
+     "http://under_score.example/", "http://example.com./",
+     "https://example.com/" + "p" * (2048 - len("https://example.com/"))],
+)
+def test_it_accepts_absolute_http_urls_up_to_2048_characters(url):
+    assert validate_submission(payload(spec={"url": url})).url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        (None, "required"), ("", "required"), (42, "required"),
+        ("https://example.com/" + "p" * (2049 - len("https://example.com/")), "longer than 2048"),
+        ("/relative/path", "absolute"), ("example.com/path", "absolute"), ("ftp://example.com/", "absolute"),
+        ("file:///etc/passwd", "absolute"), ("javascript:alert(1)", "absolute"), ("gopher://x/", "absolute"),
+        ("http://", "name a host"), ("http:///path", "name a host"),
+        ("http://exa mple.com/", "whitespace"), ("http://example.com/\r\nHost: evil", "whitespace"),
+        ("http://example.com/\x00", "control"), ("http://example.com\\@127.0.0.1/", "backslash"),
+        ("http://user:pw@example.com/", "credentials"), ("http://user@example.com/", "credentials"),
+        ("http://example.com:0/", "port"), ("http://example.com:65536/", "malformed"),
+        ("http://example.com:port/", "malformed"), ("http://[::1/", "malformed"),
+        ("http://-bad-.example/", "not a valid host"), ("http://a..b/", "not a valid host"),
+        ("http://*.example.com/", "not valid"), ("http://１２７.０.０.１/", "not valid"),
+        ("http://" + "a" * 254 + "/", "not a valid host"), ("http://ex%ample.com/", "not valid"),
+        ("http://ex\ud800ample.com/", "Unicode"),
+    ],
+)
+def test_it_refuses_bad_urls(url, fragment):
+    [message] = errors_of(payload(spec={"url": url}))["requestSpec.url"]
+    assert fragment in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://10.0.0.1/", "http://169.254.169.254/latest/meta-data/", "http://100.64.0.1/", "http://[fd00::1]/",
+     "http://0xa9fea9fe/", "http://2852039166/", "http://[::ffff:192.168.0.1]/", "http://0/", "http://[::]/"],
+)
+def test_it_refuses_an_ip_literal_the_egress_policy_refuses(url, settings):
+    settings.EGRESS_ALLOWLIST = []
+    settings.AGENT_BASE_URL = "http://agent.example.test:8000"
+    [message] = errors_of(payload(spec={"url": url}))["requestSpec.url"]
+    assert message.startswith("The URL is refused by the egress policy:")
+
+
+def test_an_allowed_literal_and_the_agents_own_mock_target_pass(settings):
+    settings.EGRESS_ALLOWLIST = ["10.1.0.0/16"]
+    settings.AGENT_BASE_URL = "http://127.0.0.1:8000"
+    validate_submission(payload(spec={"url": "http://10.1.2.3/"}))
+    validate_submission(payload(spec={"url": "http://127.0.0.1:8000/mock/echo"}))
+    assert "requestSpec.url" in errors_of(payload(spec={"url": "http://127.0.0.1:8001/"}))
+
+
+def test_a_host_name_is_not_judged_at_submission(settings):
+    settings.EGRESS_ALLOWLIST = []
+    # It may resolve elsewhere by the time the call runs: execution judges it then.
+    validate_submission(payload(spec={"url": "http://localhost:9/"}))
+
+
+# --- headers --------------------------------------------------------------------------------
+
+def test_it_accepts_up_to_50_token_named_headers():
+    headers = {f"X-H{i}": f"v{i}" for i in range(50)}
+    assert validate_submission(payload(spec={"headers": headers})).headers == headers
+
+
+def test_it_refuses_more_than_50_headers():
+    headers = {f"X-H{i}": "v" for i in range(51)}
+    assert errors_of(payload(spec={"headers": headers}))["requestSpec.headers"] == ["At most 50 headers are allowed."]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "Bad Name", "Bad:Name", "Bad\nName", "X-Trailing\n", "Ümlaut", "(comment)", "a/b", "a@b", "[x]",
+     "X-Tab\t", "\x00"],
+)
+def test_it_refuses_header_names_that_are_not_tokens(name):
+    [message] = errors_of(payload(spec={"headers": {name: "v"}}))["requestSpec.headers"]
+    assert "not a valid token" in message or "non-empty" in message
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Host", "host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "TE", "Trailer",
+     "Trailers", "Upgrade", "Proxy-Authorization", "Proxy-Connection", "Proxy-Authenticate", "proxy-x"],
+)
+def test_it_refuses_hop_by_hop_and_agent_owned_headers(name):
+    [message] = errors_of(payload(spec={"headers": {name: "v"}}))["requestSpec.headers"]
+    assert "set by the agent" in message
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("a\r\nInjected: yes", "CR, LF or NUL"), ("a\nb", "CR, LF or NUL"), ("a\rb", "CR, LF or NUL"),
+     ("a\x00b", "CR, LF or NUL"), ("a\x01b", "control"), ("a\x7fb", "control"), ("snow ☃", "Latin-1"),
+     ("x" * 8193, "longer than 8192"), (5, "string value"), (None, "string value"), (["a"], "string value")],
+)
+def test_it_refuses_header_values_with_cr_lf_or_control_characters(value, fragment):
+    [message] = errors_of(payload(spec={"headers": {"X-Value": value}}))["requestSpec.headers"]
+    assert fragment in message
+
+
+def test_header_values_keep_tabs_and_latin1_and_lose_surrounding_spaces():
+    submission = validate_submission(payload(spec={"headers": {"X-A": "  a\tb  ", "X-B": "café", "X-C": ""}}))
+    assert submission.headers == {"X-A": "a\tb", "X-B": "café", "X-C": ""}
+
+
+def test_it_refuses_a_header_given_twice_in_different_case():
+    [message] = errors_of(payload(spec={"headers": {"X-A": "1", "x-a": "2"}}))["requestSpec.headers"]
+    assert "given twice" in message
+
+
+@pytest.mark.parametrize("headers", [[], "X-A: 1", 5, [["X-A", "1"]]])
+def test_it_refuses_headers_that_are_not_an_object(headers):
+    assert errors_of(payload(spec={"headers": headers}))["requestSpec.headers"] == [
+        "headers must be an object of strings."
+    ]
+
+
+def test_null_headers_mean_none():
+    assert validate_submission(payload(spec={"headers": None})).headers == {}
+
+
+# --- body -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "body", ["", "plain text", {"a": [1, 2, {"b": None}]}, [1, "two"], 3.5, 0, True, False, "x" * MAX_BODY_BYTES],
+)
+def test_it_accepts_a_string_or_any_json_value_up_to_256_kib(body):
+    assert validate_submission(payload(spec={"method": "POST", "body": body})).body == body
+
+
+@pytest.mark.parametrize(
+    "body", ["x" * (MAX_BODY_BYTES + 1), "é" * (MAX_BODY_BYTES // 2 + 1), {"k": "x" * MAX_BODY_BYTES}],
+)
+def test_it_refuses_a_body_over_256_kib_counted_in_bytes(body):
+    assert errors_of(payload(spec={"method": "POST", "body": body}))["requestSpec.body"] == [
+        "The body is larger than 256 KiB."
+    ]
+
+
+@pytest.mark.parametrize("body", [float("nan"), {"x": float("inf")}, {1, 2}, object(), "lone \udc00 surrogate"])
+def test_it_refuses_a_body_that_is_not_text_or_json(body):
+    assert "requestSpec.body" in errors_of(payload(spec={"method": "POST", "body": body}))
+
+
+# --- timeoutMs ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("timeout", [1, 30_000, 120_000])
+def test_it_accepts_timeouts_from_1_to_120000_ms(timeout):
+    assert validate_submission(payload(spec={"timeoutMs": timeout})).timeout_ms == timeout
+
+
+@pytest.mark.parametrize("timeout", [0, -1, 120_001, 1.5, "1000", True, None])
+def test_it_refuses_other_timeouts(timeout):
+    assert "requestSpec.timeoutMs" in errors_of(payload(spec={"timeoutMs": timeout}))
+
+
+# --- tags -----------------------------------------------------------------------------------
+
+def test_it_accepts_up_to_20_tags_of_1_to_64_characters_deduplicated():
+    tags = [f"t{i}" for i in range(19)] + ["x" * 64, "t0"]
+    assert validate_submission(payload(tags=tags)).tags == [f"t{i}" for i in range(19)] + ["x" * 64]
+
+
+def test_it_refuses_more_than_20_distinct_tags():
+    assert errors_of(payload(tags=[f"t{i}" for i in range(21)]))["tags"] == ["At most 20 tags are allowed."]
+
+
+@pytest.mark.parametrize(
+    "tag", ["", "x" * 65, "two words", "tab\there", "new\nline", "trailing\n", "nbsp\u00a0x", "\x00", 5, None, ["a"],
+            "lone\ud800"],
+)
+def test_it_refuses_tags_that_are_empty_long_or_contain_whitespace(tag):
+    assert "tags" in errors_of(payload(tags=[tag]))
+
+
+@pytest.mark.parametrize("tags", ["a,b", {"a": 1}, 3])
+def test_it_refuses_tags_that_are_not_a_list(tags):
+    assert errors_of(payload(tags=tags))["tags"] == ["Tags must be a list of strings."]
+
+
+def test_tags_replaced_later_are_validated_the_same_way():
+    assert validate_tags(["a", "b", "a"]) == ["a", "b"]
+    with pytest.raises(ValidationFailed):
+        validate_tags(["bad tag"])
+
+
+# --- dueAt ----------------------------------------------------------------------------------
+
+NOW = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("2030-03-10T13:00:00Z", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
+     ("2030-03-10T13:00:00z", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
+     ("2030-03-10T15:00:00+02:00", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
+     ("2030-03-10T13:00:00.123456-05:30", datetime(2030, 3, 10, 18, 30, 0, 123456, tzinfo=UTC)),
+     ("2031-03-10T12:00:00Z", datetime(2031, 3, 10, 12, 0, tzinfo=UTC)),  # exactly one year ahead
+     ("2001-01-01T00:00:00Z", datetime(2001, 1, 1, tzinfo=UTC)),  # past: runs now
+     ("", None), (None, None)],
+)
+def test_it_reads_due_times_with_a_zone_up_to_one_year_ahead(value, expected):
+    assert parse_due_at(value, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [("2030-03-10T13:00:00", "time zone"), ("2030-03-10", "time zone"), ("tomorrow", "not a valid"),
+     ("2030-13-01T00:00:00Z", "not a valid"), ("2030-02-30T00:00:00Z", "not a valid"),
+     ("2031-03-10T12:00:00.001Z", "one year"), ("9999-12-31T23:59:59-23:59", "one year"),
+     (1234567890, "ISO 8601 string"), ({"at": 1}, "ISO 8601 string"), ("2030-03-10T13:00:00.000" + "0" * 50 + "Z", "not a valid")],
+)
+def test_it_refuses_due_times_without_a_zone_malformed_or_beyond_a_year(value, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        parse_due_at(value, now=NOW)
+
+
+def test_one_year_ahead_is_a_calendar_year_even_from_29_february():
+    assert one_year_after(datetime(2028, 2, 29, 8, 0, tzinfo=UTC)) == datetime(2029, 2, 28, 8, 0, tzinfo=UTC)
+
+
+def test_a_due_time_beyond_a_year_is_refused_in_a_submission():
+    too_far = (datetime.now(UTC) + timedelta(days=367)).isoformat()
+    assert errors_of(payload(dueAt=too_far))["dueAt"] == ["dueAt must be at most one year ahead."]
+
+
+# --- idempotency key ------------------------------------------------------------------------
+
+def test_it_takes_the_idempotency_key_from_the_body_or_the_header():
+    assert validate_submission(payload(idempotencyKey="k-1")).idempotency_key == "k-1"
+    assert validate_submission(payload(), idempotency_header="k-2").idempotency_key == "k-2"
+    assert validate_submission(payload(idempotencyKey="k-3"), idempotency_header="k-3").idempotency_key == "k-3"
+
+
+@pytest.mark.parametrize("key", ["", " ", "x" * 201, "with space", "tab\t", "nl\n", 5, "\ud800"])
+def test_it_refuses_bad_idempotency_keys(key):
+    assert "idempotencyKey" in errors_of(payload(idempotencyKey=key))
+
+
+def test_it_refuses_a_body_key_that_differs_from_the_header():
+    assert "idempotencyKey" in errors_of(payload(idempotencyKey="a"), idempotency_header="b")
