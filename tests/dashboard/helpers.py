@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from execution.http import HttpRequest
 from execution.outcomes import ErrorKind, Outcome
+from execution.services import AttemptOrder, attempts_begin, attempts_finish
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_finish, service_call_start, service_call_submit
 from orchestration.validation import validate_submission
@@ -37,11 +39,30 @@ def submit(
     return call
 
 
+def _run(tenant_id: str, call: ServiceCall, outcome: Outcome) -> ServiceCall:
+    """What the engine does around the HTTP request: start, log the attempt, finish."""
+    started = service_call_start(tenant_id=tenant_id, service_call_id=call.pk)
+    assert started is not None
+    request = HttpRequest(
+        method=started.method,
+        url=started.url,
+        headers=started.headers,
+        body=started.body,
+        timeout_ms=started.timeout_ms,
+    )
+    order = AttemptOrder(
+        tenant_id=tenant_id, service_call_id=call.pk, correlation_id=started.correlation_id, request=request
+    )
+    attempts = attempts_begin(orders=[order], worker_id="test-worker-1")
+    attempts_finish(results=[(attempts[0], outcome)])
+    assert service_call_finish(tenant_id=tenant_id, service_call_id=call.pk, outcome=outcome)
+    return ServiceCall.objects.get(pk=call.pk)
+
+
 def succeeded(
     tenant_id: str, name: str = "ok call", *, body: str = '{"hello":"world","n":[1,2]}', **kwargs
 ) -> ServiceCall:
     call = submit(tenant_id, name, due_in=None, **kwargs)
-    assert service_call_start(tenant_id=tenant_id, service_call_id=call.pk) is not None
     outcome = Outcome(
         succeeded=True,
         status=200,
@@ -49,15 +70,12 @@ def succeeded(
         body_snippet=body,
         latency_ms=42,
     )
-    assert service_call_finish(tenant_id=tenant_id, service_call_id=call.pk, outcome=outcome)
-    return ServiceCall.objects.get(pk=call.pk)
+    return _run(tenant_id, call, outcome)
 
 
 def failed(tenant_id: str, name: str = "failing call", **kwargs) -> ServiceCall:
     call = submit(tenant_id, name, due_in=None, **kwargs)
-    assert service_call_start(tenant_id=tenant_id, service_call_id=call.pk) is not None
     outcome = Outcome.failure(
         ErrorKind.HTTP_ERROR, "The target answered 503 Service Unavailable.", status=503, latency_ms=17
     )
-    assert service_call_finish(tenant_id=tenant_id, service_call_id=call.pk, outcome=outcome)
-    return ServiceCall.objects.get(pk=call.pk)
+    return _run(tenant_id, call, outcome)

@@ -72,7 +72,10 @@ def test_it_lists_attempts_and_events_with_their_publication_state(owner_client,
         "ServiceCallSucceeded",
     ]
     assert all(e.published_at for e in events)
-    assert response.content.decode().count('<span class="pub pub-yes">published</span>') == 4
+    html = response.content.decode()
+    assert html.count('<span class="pub pub-yes">published</span>') == 4
+    assert [a.worker_id for a in response.context["attempts"]] == ["test-worker-1"]
+    assert "test-worker-1" in html
 
 
 def test_unpublished_events_are_marked_pending(owner_client, world):
