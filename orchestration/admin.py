@@ -151,7 +151,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         ("due_at", admin.DateFieldListFilter),
     )
     search_fields = ("name",)
-    search_help_text = "Name or URL contains the text, or the id (or its first characters) matches."
+    search_help_text = "Name or URL contains the text, or the id (or its first or last characters) matches."
     date_hierarchy = "submitted_at"
     list_per_page = 50
     show_full_result_count = False
@@ -191,7 +191,8 @@ class ServiceCallAdmin(ReadOnlyAdmin):
                 condition |= Q(pk=uuid.UUID(term))
             except ValueError:
                 if _ID_PREFIX.match(term):
-                    condition |= Q(service_call_id__istartswith=term)
+                    # Pages show the last 8 digits; a pasted prefix works too.
+                    condition |= Q(service_call_id__istartswith=term) | Q(service_call_id__iendswith=term)
             queryset = queryset.filter(condition)
         return queryset, False
 
@@ -261,5 +262,5 @@ class ServiceCallAdmin(ReadOnlyAdmin):
                 service_call_id=call.service_call_id,
                 correlation_id=getattr(request, "correlation_id", None) or str(new_id()),
             )
-            created.append(str(new_call.service_call_id)[:8])
+            created.append(short_id(new_call.service_call_id))
         self.message_user(request, f"Submitted {len(created)} new call(s): {', '.join(created)}.", messages.SUCCESS)

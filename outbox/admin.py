@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.db.models import Q
 from django.utils.html import format_html
 
-from eventservice.ids import utcnow
+from eventservice.ids import short_id, utcnow
 from outbox.dispatcher import outbox_publish_again
 from outbox.models import OutboxEvent
 from tenants.admin import ReadOnlyAdmin, visible_tenant_ids
@@ -99,7 +99,7 @@ class OutboxEventAdmin(ReadOnlyAdmin):
 
     @admin.display(description="call")
     def aggregate_short(self, obj: OutboxEvent) -> str:
-        return str(obj.aggregate_id)[:8]
+        return short_id(obj.aggregate_id)
 
     @admin.display(description="lag")
     def lag(self, obj: OutboxEvent) -> str:

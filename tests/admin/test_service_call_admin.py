@@ -47,6 +47,8 @@ def test_search_finds_calls_by_name_id_prefix_and_url(admin_client, world):
     assert _listed(admin_client.get(CHANGELIST + f"?q={by_url.pk}")) == ["other"]
     prefix = str(by_name.pk)[:13]  # ids of one millisecond share their first characters
     assert "Quarterly export" in _listed(admin_client.get(CHANGELIST + f"?q={prefix}"))
+    # The short id the pages show (its last 8 digits) finds exactly that call.
+    assert _listed(admin_client.get(CHANGELIST + f"?q={str(by_name.pk)[-8:]}")) == ["Quarterly export"]
 
 
 def test_the_change_page_shows_tags_timer_attempts_and_events_read_only(admin_client, world):

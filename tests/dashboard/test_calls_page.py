@@ -17,7 +17,7 @@ def test_it_lists_the_tenants_calls_newest_first_with_id_status_and_details(owne
     assert response.status_code == 200
     assert _names(response) == ["newer", "older"]
     html = response.content.decode()
-    assert str(newer.pk)[:8] in html
+    assert f">{str(newer.pk)[-8:]}</a>" in html
     assert f'href="/calls/{older.pk}/"' in html
     assert '<span class="badge badge-succeeded">Succeeded</span>' in html
     assert '<span class="badge badge-scheduled">Scheduled</span>' in html

@@ -17,6 +17,7 @@ from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.timeline import call_timeline
 from eventservice.dashboard.views.common import call_for_request, json_error, redirect_back, wants_json
 from eventservice.errors import NotFound, ValidationFailed
+from eventservice.ids import short_id
 from execution.selectors import attempts_for_call
 from orchestration.models import FAVORITE_TAG
 from orchestration.selectors import service_call_get, tags_of
@@ -124,5 +125,5 @@ def call_rerun(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse
         )
     except NotFound:
         return redirect_back(request, _detail_url(call))
-    messages.success(request, f"Submitted again as {str(new_call.service_call_id)[:8]}.")
+    messages.success(request, f"Submitted again as {short_id(new_call.service_call_id)}.")
     return HttpResponseRedirect(_detail_url(new_call))
