@@ -1,0 +1,126 @@
+"""manage.py rotate_secrets: re-encrypt sealed header values under the first key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet, InvalidToken
+from django.conf import settings as django_settings
+from django.core.management import CommandError, call_command
+
+from orchestration.models import ServiceCall
+from orchestration.secrets import SEALED, derived_key, unseal_headers
+from orchestration.services import service_call_submit
+from orchestration.validation import validate_submission
+
+OLD = Fernet.generate_key().decode()
+NEW = Fernet.generate_key().decode()
+OTHER = Fernet.generate_key().decode()
+
+
+def _submit(name: str, headers: dict[str, str]) -> ServiceCall:
+    submission = validate_submission(
+        {"name": name, "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/", "headers": headers}}
+    )
+    return service_call_submit(tenant_id="acme", submission=submission, correlation_id="c")[0]
+
+
+def _token(call: ServiceCall, header: str) -> bytes:
+    return ServiceCall.objects.get(pk=call.pk).request_spec["headers"][header][SEALED].encode()
+
+
+def _run(*args: str) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command("rotate_secrets", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_it_re_encrypts_every_sealed_value_under_the_first_key(world, settings):
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    first = _submit("one", {"Authorization": "Bearer one-111", "X-Plain": "p"})
+    second = _submit("two", {"X-Api-Key": "two-222", "Cookie": "c=333"})
+    plain = _submit("three", {"Accept": "text/plain"})
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    output = _run()
+    assert "Examined 3 calls; re-encrypted the secrets of 2." in output
+    new = Fernet(NEW.encode())
+    assert new.decrypt(_token(first, "Authorization")) == b"Bearer one-111"
+    assert new.decrypt(_token(second, "X-Api-Key")) == b"two-222"
+    assert new.decrypt(_token(second, "Cookie")) == b"c=333"
+    with pytest.raises(InvalidToken):
+        Fernet(OLD.encode()).decrypt(_token(first, "Authorization"))
+    assert ServiceCall.objects.get(pk=first.pk).request_spec["headers"]["X-Plain"] == "p"
+    assert ServiceCall.objects.get(pk=plain.pk).request_spec["headers"] == {"Accept": "text/plain"}
+    # The old key can now be dropped.
+    settings.FIELD_ENCRYPTION_KEYS = [NEW]
+    assert unseal_headers(ServiceCall.objects.get(pk=first.pk).request_spec["headers"])["Authorization"] == (
+        "Bearer one-111")
+
+
+def test_a_second_run_leaves_values_already_under_the_first_key(world, settings):
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    call = _submit("one", {"Authorization": "Bearer one-111"})
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    _run()
+    token = _token(call, "Authorization")
+    assert "re-encrypted the secrets of 0." in _run()
+    assert _token(call, "Authorization") == token
+
+
+def test_it_moves_values_sealed_with_the_derived_key_to_configured_keys(world, settings):
+    settings.FIELD_ENCRYPTION_KEYS = []
+    call = _submit("derived", {"X-Auth-Token": "derived-444"})
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, derived_key(settings.SECRET_KEY).decode()]
+    _run()
+    assert Fernet(NEW.encode()).decrypt(_token(call, "X-Auth-Token")) == b"derived-444"
+
+
+def test_dry_run_changes_nothing(world, settings):
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    call = _submit("one", {"Authorization": "Bearer one-111"})
+    token = _token(call, "Authorization")
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    assert "would re-encrypt the secrets of 1." in _run("--dry-run")
+    assert _token(call, "Authorization") == token
+
+
+def test_it_fails_and_keeps_values_no_configured_key_decrypts(world, settings):
+    settings.FIELD_ENCRYPTION_KEYS = [OTHER]
+    lost = _submit("lost", {"Authorization": "Bearer lost-555"})
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    kept = _submit("kept", {"Authorization": "Bearer kept-666"})
+    token = _token(lost, "Authorization")
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    with pytest.raises(CommandError, match=rf"1 calls hold secrets .* {lost.pk}"):
+        _run()
+    assert _token(lost, "Authorization") == token
+    assert Fernet(NEW.encode()).decrypt(_token(kept, "Authorization")) == b"Bearer kept-666"
+
+
+def test_it_refuses_a_batch_size_below_one(world):
+    with pytest.raises(CommandError, match="batch-size"):
+        _run("--batch-size", "0")
+
+
+def test_it_works_in_small_batches(world, settings):
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    calls = [_submit(f"c{i}", {"X-Api-Key": f"key-{i}-000"}) for i in range(5)]
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    assert "Examined 5 calls; re-encrypted the secrets of 5." in _run("--batch-size", "2")
+    assert [Fernet(NEW.encode()).decrypt(_token(c, "X-Api-Key")) for c in calls] == [
+        f"key-{i}-000".encode() for i in range(5)]
+
+
+def test_its_help_describes_the_procedure():
+    result = subprocess.run(
+        [sys.executable, "manage.py", "rotate_secrets", "--help"], capture_output=True, text=True,
+        cwd=Path(django_settings.BASE_DIR), env={"DJANGO_SETTINGS_MODULE": "eventservice.settings_test",
+                                                 "PATH": "/usr/bin:/bin"}, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "FIELD_ENCRYPTION_KEYS" in result.stdout and "--dry-run" in result.stdout

@@ -1,0 +1,179 @@
+"""Secret header values reach the target and nothing else (SPEC §11).
+
+A call is submitted through the API with secret headers, run by the engine against a real
+target that echoes what it got, and run again; then every API response, every page and admin
+page (all routes of the URLconf), every row of every table (django-q's included, decoded),
+the raw database files and every log line are searched for the plaintext values: zero hits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client, override_settings
+
+from orchestration.models import ServiceCall
+from outbox.models import OutboxEvent
+from tests.conftest import wait_for
+from tests.security.routes import AcmeObjects, all_routes, fill
+
+SECRETS = {
+    "Authorization": "Bearer s3cr3t-authz-Z9Q1w7",
+    "Cookie": "sid=s3cr3t-cookie-X7e2",
+    "X-Api-Key": "s3cr3t-apikey-K2m4",
+    "X-Auth-Token": "s3cr3t-token-T8p3",
+    "X-Client-Secret": "s3cr3t-secret-S1n5",
+    "X-Db-Password": "s3cr3t-password-P5v6",
+    "X-Signature": "s3cr3t-signature-G4h8",  # secret only through SECRET_HEADER_PATTERNS
+}
+PATTERNS = ["authorization", "cookie", "token", "secret", "key", "password", "signature"]
+
+
+class _Capture(logging.Handler):
+    """Every record of every logger, formatted as the product formats it, with its extras."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        from eventservice.logging import JsonFormatter
+
+        self.setFormatter(JsonFormatter())
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@pytest.fixture
+def captured_logs():
+    handler = _Capture()
+    names = ["", "django", "django_q", "serviceagent", "serviceagent.events", "orchestration", "execution",
+             "outbox", "workers", "timer", "eventservice"]
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.DEBUG)
+    logging.getLogger().addHandler(handler)
+    yield handler
+    logging.getLogger().removeHandler(handler)
+    for logger, level in zip(loggers, levels, strict=True):
+        logger.setLevel(level)
+
+
+def _leaks(text: str) -> list[str]:
+    return [value for value in SECRETS.values() if value in text or value.split("=")[-1] in text
+            or value.removeprefix("Bearer ") in text]
+
+
+def _api(key: str) -> Client:
+    return Client(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+
+def _finished(pk):
+    call = ServiceCall.objects.get(pk=pk)
+    return call if call.is_terminal else None
+
+
+def _database_dump() -> list[str]:
+    """Every value of every row of every table, read with a separate sqlite3 connection."""
+    path = connection.settings_dict["NAME"]
+    raw = sqlite3.connect(path)
+    try:
+        tables = [row[0] for row in raw.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        values = []
+        for table in tables:
+            for row in raw.execute(f'SELECT * FROM "{table}"'):
+                for value in row:
+                    if isinstance(value, bytes):
+                        values.append(value.decode("latin-1"))
+                    elif value is not None:
+                        values.append(str(value))
+        return [f"tables: {', '.join(tables)}", *values]
+    finally:
+        raw.close()
+
+
+def _django_q_decoded() -> list[str]:
+    """django-q keeps task arguments pickled (and compressed): decode them before searching."""
+    from django_q.models import OrmQ, Task
+    from django_q.signing import SignedPackage
+
+    texts = [repr(SignedPackage.loads(q.payload)) for q in OrmQ.objects.all()]
+    texts += [repr((t.func, t.args, t.kwargs, t.result)) for t in Task.objects.all()]
+    return texts
+
+
+@override_settings(SECRET_HEADER_PATTERNS=PATTERNS)
+def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
+    world, http_target, engine, captured_logs, client
+):
+    api = _api(world.acme_key)
+    headers = {**SECRETS, "X-Visible": "plain-value-1"}
+    response = api.post(
+        "/api/tenants/acme/service-calls", content_type="application/json",
+        data={"name": "secret call", "requestSpec": {"method": "POST", "url": http_target.url("/echo"),
+                                                     "headers": headers, "body": {"x": 1}}, "tags": ["s"]},
+    )
+    assert response.status_code == 202, response.content
+    call_id = response.json()["serviceCallId"]
+    done = wait_for(lambda: _finished(call_id), timeout=10)
+    assert done.status == ServiceCall.Status.SUCCEEDED
+
+    # The target received every real value.
+    received = http_target.requests[-1]["headers"]
+    for name, value in SECRETS.items():
+        assert received[name] == value
+
+    # A rerun still sends them: sealed values were kept, not lost to redaction.
+    rerun = api.post(f"/api/tenants/acme/service-calls/{call_id}/rerun")
+    assert rerun.status_code == 202, rerun.content
+    rerun_id = rerun.json()["serviceCallId"]
+    assert wait_for(lambda: _finished(rerun_id), timeout=10).status == ServiceCall.Status.SUCCEEDED
+    assert http_target.requests[-1]["headers"]["Authorization"] == SECRETS["Authorization"]
+    wait_for(lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(), timeout=10)
+
+    # What the API shows.
+    shown = [response.content.decode(), rerun.content.decode()]
+    for path in (f"/api/tenants/acme/service-calls/{call_id}", f"/api/tenants/acme/service-calls/{rerun_id}",
+                 "/api/tenants/acme/service-calls", "/api/tenants/acme/events?limit=200"):
+        got = api.get(path)
+        assert got.status_code == 200, path
+        shown.append(got.content.decode())
+    detail = json.loads(shown[2])
+    assert detail["requestSpec"]["headers"]["X-Visible"] == "plain-value-1"
+    assert {detail["requestSpec"]["headers"][name] for name in SECRETS} == {"***"}
+
+    # Every page as the owner and every admin page as a superuser, with acme's ids filled in.
+    user_model = get_user_model()
+    user_model.objects.create_superuser("root", password="pw-root-123")
+    owner, admin = Client(), Client()
+    owner.force_login(world.owner)
+    admin.force_login(user_model.objects.get(username="root"))
+    acme = AcmeObjects(call=call_id, other_call=rerun_id)
+    for route in all_routes():
+        path = fill(route, acme)
+        page = (admin if route.is_admin else owner).get(path)
+        assert page.status_code < 500, path
+        shown.append(f"{path}\n{page.content.decode(errors='replace')}")
+    assert any("***" in text for text in shown)
+    assert not [(text[:80], _leaks(text)) for text in shown if _leaks(text)]
+
+    # Nothing at rest: rows of every table, django-q's decoded payloads, the raw files.
+    dump = _database_dump()
+    assert "service_calls" in dump[0] and "outbox" in dump[0] and "django_q_ormq" in dump[0]
+    assert not [value[:80] for value in dump if _leaks(value)]
+    assert not [text[:80] for text in _django_q_decoded() if _leaks(text)]
+    for suffix in ("", "-wal"):
+        file = Path(connection.settings_dict["NAME"] + suffix)
+        if file.exists():
+            raw = file.read_bytes()
+            assert not [value for value in SECRETS.values() if value.encode() in raw], file
+
+    # Nothing in any log line (the engine's, the dispatcher's event log, the API's).
+    assert captured_logs.lines, "the capture saw no log line at all"
+    assert not [line[:120] for line in captured_logs.lines if _leaks(line)]
