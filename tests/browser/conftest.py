@@ -19,7 +19,10 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
     "--no-first-run",
 ]
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
@@ -42,7 +45,9 @@ def browser():
 def page(browser, live_server):
     """A fresh browser context in a known time zone; JavaScript errors fail the test."""
     context = browser.new_context(
-        base_url=live_server.url, viewport={"width": 1366, "height": 900}, timezone_id=BROWSER_ZONE,
+        base_url=live_server.url,
+        viewport={"width": 1366, "height": 900},
+        timezone_id=BROWSER_ZONE,
         locale="en-GB",
     )
     context.set_default_timeout(5000)
