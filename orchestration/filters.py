@@ -5,9 +5,9 @@ Filters live in the URL (query parameters with the API's camelCase names):
 case-insensitive), `submittedFrom`, `submittedTo`, `dueFrom`, `dueTo` (ISO 8601 date-time
 with a zone, or a date: a `...To` date covers that whole day, UTC), `favorite` (true|false).
 
-Each tag adds one `service_call_id IN (SELECT service_call_id FROM service_call_tags
-WHERE tenant_id = ? AND tag = ?)`, answered from index service_call_tags_tag alone, never
-tag matching in Python.
+Tags become `service_call_id IN (SELECT service_call_id FROM service_call_tags WHERE
+tenant_id = ? AND tag = ? [INTERSECT SELECT ... AND tag = ?]...)`, each SELECT answered from
+index service_call_tags_tag alone; never tag matching in Python.
 """
 
 from __future__ import annotations
@@ -157,17 +157,21 @@ class ServiceCallFilter(django_filters.FilterSet):
             return queryset
         return queryset.filter(status__in=value)
 
+    def filter_queryset(self, queryset: QuerySet) -> QuerySet:
+        queryset = super().filter_queryset(queryset)
+        # `tag` and `favorite=true` together name the tags a call must all carry.
+        required = list(self.form.cleaned_data.get("tag") or [])
+        if self.form.cleaned_data.get("favorite") is True:
+            required.append(FAVORITE_TAG)
+        return self._with_all_tags(queryset, list(dict.fromkeys(required)))
+
     def filter_tags(self, queryset: QuerySet, name: str, value: list[str]) -> QuerySet:
-        for tag in dict.fromkeys(value):
-            queryset = self._with_tag(queryset, tag)
-        return queryset
+        return queryset  # applied with favorite=true in filter_queryset
 
     def filter_favorite(self, queryset: QuerySet, name: str, value: bool | None) -> QuerySet:
-        if value is None:
-            return queryset
-        if value:
-            return self._with_tag(queryset, FAVORITE_TAG)
-        return self._with_tag(queryset, FAVORITE_TAG, negate=True)
+        if value is False:
+            return queryset.exclude(self._tag_condition(FAVORITE_TAG))
+        return queryset  # true: applied with the tags in filter_queryset
 
     def filter_q(self, queryset: QuerySet, name: str, value: str) -> QuerySet:
         value = value.strip()
@@ -187,15 +191,33 @@ class ServiceCallFilter(django_filters.FilterSet):
             service_call_id__lte=uuid7_ceiling(value + _ID_CLOCK_MARGIN), submitted_at__lte=value
         )
 
-    def _with_tag(self, queryset: QuerySet, tag: str, *, negate: bool = False) -> QuerySet:
+    def _with_all_tags(self, queryset: QuerySet, tags: list[str]) -> QuerySet:
+        if not tags:
+            return queryset
+        if self.tenant_id is None:
+            for tag in tags:
+                queryset = queryset.filter(self._tag_condition(tag))
+            return queryset
+        # One id list for all the tags: the INTERSECT of one index-only SELECT per tag. SQLite
+        # then walks that single sorted list newest first and reads only the calls that carry
+        # every tag; with a separate IN per tag its planner (once ANALYZE has run) may walk a
+        # common tag's whole list and read each of those calls first (measured at 1M calls).
+        per_tag = [self._tag_ids(tag) for tag in tags]
+        ids = per_tag[0].intersection(*per_tag[1:]) if len(per_tag) > 1 else per_tag[0]
+        return queryset.filter(service_call_id__in=ids)
+
+    def _tag_ids(self, tag: str) -> QuerySet:
+        # SELECT service_call_id FROM service_call_tags WHERE tenant_id = ? AND tag = ?
+        # (answered from index service_call_tags_tag alone).
+        return ServiceCallTag.objects.filter(tenant_id=self.tenant_id, tag=tag).values("service_call_id")
+
+    def _tag_condition(self, tag: str) -> Q:
         if self.tenant_id is not None:
-            ids = ServiceCallTag.objects.filter(tenant_id=self.tenant_id, tag=tag).values("service_call_id")
-            condition = Q(service_call_id__in=ids)
-        else:
-            condition = Q(Exists(ServiceCallTag.objects.filter(
-                tenant_id=OuterRef("tenant_id"), service_call_id=OuterRef("service_call_id"), tag=tag,
-            )))
-        return queryset.exclude(condition) if negate else queryset.filter(condition)
+            return Q(service_call_id__in=self._tag_ids(tag))
+        # Across tenants (the admin): a lookup in the unique (tenant_id, service_call_id, tag).
+        return Q(Exists(ServiceCallTag.objects.filter(
+            tenant_id=OuterRef("tenant_id"), service_call_id=OuterRef("service_call_id"), tag=tag,
+        )))
 
 
 def filter_errors(filterset: django_filters.FilterSet) -> dict[str, list[str]]:
