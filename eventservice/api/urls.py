@@ -16,7 +16,8 @@ urlpatterns = [
     path(f"{TENANT}/events", views.TenantEventsApi.as_view(), name="tenant-events"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
-    re_path(r"^api/", views.ApiNotFound.as_view(), name="not-found"),
+    # Any other /api/ path is a problem+json 404 (but /api/docs and /api/schema get the slash).
+    re_path(r"^api/(?!docs$|schema$)", views.ApiNotFound.as_view(), name="not-found"),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
 ]

@@ -29,3 +29,8 @@ def test_the_swagger_assets_are_served(db, settings):
     response = Client().get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert response.status_code == 200
     assert b"SwaggerUI" in b"".join(response.streaming_content)
+
+
+def test_the_docs_without_a_slash_redirect_to_the_page(db):
+    response = Client().get("/api/docs")
+    assert response.status_code == 301 and response["Location"] == "/api/docs/"
