@@ -15,6 +15,7 @@ from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.urls import Resolver404, get_resolver, resolve
+from django.utils.regex_helper import normalize
 
 from tenants.models import Tenant
 
@@ -48,13 +49,22 @@ class Route:
 
 
 def all_routes() -> list[Route]:
-    resolver = get_resolver()
     seen: dict[str, Route] = {}
+    _collect(get_resolver(), "", [], seen)
+    return sorted(seen.values(), key=lambda route: route.template)
+
+
+def _collect(resolver, prefix: str, prefix_params: list[str], seen: dict[str, Route]) -> None:
+    """Walk a resolver's reverse map, then each namespaced include's (Django keeps those
+    apart, under namespace_dict, with the regex prefix they are mounted at)."""
     for _key, entries in resolver.reverse_dict.lists():
         for possibilities, *_ in entries:
             for template, params in possibilities:
-                seen.setdefault(template, Route(template=template, params=tuple(params)))
-    return sorted(seen.values(), key=lambda route: route.template)
+                full = prefix + template
+                seen.setdefault(full, Route(template=full, params=tuple(prefix_params + list(params))))
+    for _namespace, (pattern, sub) in resolver.namespace_dict.items():
+        [(sub_prefix, sub_params)] = normalize(pattern)[:1] or [("", [])]
+        _collect(sub, prefix + sub_prefix, prefix_params + list(sub_params), seen)
 
 
 @dataclass
@@ -134,6 +144,8 @@ def _value(route: Route, param: str, acme: AcmeObjects) -> str:
         return "orchestration"
     if param == "url" and route.template.startswith("admin/"):
         return f"orchestration/servicecall/{acme.call}/change"  # the admin's catch-all
-    if param == "rest" and route.template.startswith("mock/"):
-        return "x"
+    if route.template.startswith("mock/"):  # the mock target's own knobs
+        mock_values = {"rest": "x", "code": "200", "ms": "0"}
+        if param in mock_values:
+            return mock_values[param]
     raise CannotFill(f"{route.template}: no value for the parameter {param!r}")
