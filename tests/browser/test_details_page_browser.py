@@ -14,15 +14,15 @@ pytestmark = pytest.mark.browser
 
 
 def test_the_details_page_follows_a_call_and_shows_its_timeline(page, world, engine, http_target):
+    log_in(page, "owner", "pw-owner-123")
     call = submit(
         "acme",
         "Fetch the order",
         url=http_target.url("/json"),
-        due_in=2,
+        due_in=3,
         tags=["orders"],
         headers={"Authorization": "Bearer details-secret"},
     )
-    log_in(page, "owner", "pw-owner-123")
     page.goto(f"/calls/{call.pk}/")
     expect(page.locator(".detail-head .badge")).to_have_text("Scheduled")
     # The page reloads itself when the status changes, until the call has finished.

@@ -25,7 +25,7 @@ def test_a_call_scheduled_seconds_ahead_turns_succeeded_without_a_reload(page, w
     page.get_by_label("URL", exact=True).fill(http_target.url("/json"))
     page.get_by_label("Schedule").check()
     # The date and time are typed in the browser's zone (Europe/Berlin here), to the second.
-    due = (datetime.now(ZoneInfo(BROWSER_ZONE)) + timedelta(seconds=3)).replace(microsecond=0)
+    due = (datetime.now(ZoneInfo(BROWSER_ZONE)) + timedelta(seconds=5)).replace(microsecond=0)
     page.get_by_label("Date and time").fill(due.strftime("%Y-%m-%dT%H:%M:%S"))
     expect(page.locator("#due-utc")).to_contain_text("(UTC)")
     page.get_by_role("button", name="Submit").click()
