@@ -134,21 +134,28 @@ class EventPageSerializer(serializers.Serializer):
     next = serializers.URLField(help_text="Poll this URL for the events after this page.")
 
 
+TAG_PATTERN = r"^[^\s\x00-\x1f\x7f]{1,64}$"
+
+
+def _tag_list(**kwargs) -> serializers.ListField:
+    return serializers.ListField(child=serializers.RegexField(TAG_PATTERN, max_length=64), max_length=20, **kwargs)
+
+
 class SubmitServiceCallSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=200)
+    name = serializers.RegexField(r"^(?=.*\S)[^\x00-\x1f]{1,200}$", max_length=200)
     requestSpec = RequestSpecSerializer()
     dueAt = serializers.DateTimeField(
         required=False, allow_null=True,
         help_text="ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
     )
-    tags = serializers.ListField(child=serializers.CharField(max_length=64), max_length=20, required=False)
+    tags = _tag_list(required=False)
     idempotencyKey = serializers.CharField(
         max_length=200, required=False, help_text="Or the Idempotency-Key header."
     )
 
 
 class TagsInputSerializer(serializers.Serializer):
-    tags = serializers.ListField(child=serializers.CharField(max_length=64), max_length=20)
+    tags = _tag_list()
 
 
 class ProblemSerializer(serializers.Serializer):

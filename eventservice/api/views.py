@@ -18,7 +18,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from eventservice.api import serializers as s
-from eventservice.api.base import TenantApiView, keyset_page, paging_params, parse_limit
+from eventservice.api.base import (
+    DEFAULT_LIMIT,
+    MAX_LIMIT,
+    TenantApiView,
+    keyset_page,
+    paging_params,
+    parse_limit,
+)
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
 from eventservice.api.representation import (
     event_representation,
@@ -38,6 +45,7 @@ from orchestration.selectors import (
 )
 from orchestration.services import service_call_rerun, service_call_submit, service_call_tags_set
 from orchestration.validation import validate_submission
+from tenants.models import TENANT_SLUG_PATTERN
 
 
 def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
@@ -55,7 +63,10 @@ def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
     }
 
 
-TENANT_PARAM = OpenApiParameter("tenant_id", str, OpenApiParameter.PATH, description="Tenant id (slug).")
+TENANT_PARAM = OpenApiParameter(
+    "tenant_id", {"type": "string", "pattern": TENANT_SLUG_PATTERN}, OpenApiParameter.PATH,
+    description="Tenant id (slug).",
+)
 CALL_PARAM = OpenApiParameter("service_call_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 
 
@@ -75,16 +86,23 @@ class ServiceCallListApi(TenantApiView):
             TENANT_PARAM,
             OpenApiParameter("status", str, many=True, enum=ServiceCall.Status.values,
                              description="Repeatable: any of these statuses."),
-            OpenApiParameter("tag", str, many=True, description="Repeatable: all of these tags."),
-            OpenApiParameter("q", str, description="Name contains (case-insensitive)."),
+            OpenApiParameter(
+                "tag",
+                {"type": "array", "maxItems": 20,
+                 "items": {"type": "string", "pattern": r"^[^\s\x00-\x1f\x7f]{1,64}$", "maxLength": 64}},
+                style="form", explode=True, description="Repeatable: all of these tags.",
+            ),
+            OpenApiParameter("q", {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
+                             description="Name contains (case-insensitive)."),
             OpenApiParameter("submittedFrom", OpenApiTypes.DATETIME,
                              description="ISO 8601 with a zone, or a date (YYYY-MM-DD)."),
             OpenApiParameter("submittedTo", OpenApiTypes.DATETIME, description="Inclusive; a date covers its day."),
             OpenApiParameter("dueFrom", OpenApiTypes.DATETIME),
             OpenApiParameter("dueTo", OpenApiTypes.DATETIME),
             OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
-            OpenApiParameter("limit", int, description="1-200, default 25."),
-            OpenApiParameter("cursor", str, description="From a `next` or `previous` link."),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
+            OpenApiParameter("cursor", {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
+                             description="Opaque; from a `next` or `previous` link."),
         ],
         responses={200: s.ServiceCallPageSerializer, **_problems(400, 401, 404)},
     )
@@ -213,6 +231,7 @@ class ServiceCallRerunApi(TenantApiView):
 
 EVENTS_DEFAULT_LIMIT = 100
 EVENTS_MAX_LIMIT = 1000
+AFTER_PATTERN = r"^([0-9]+|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12})$"
 
 
 class TenantEventsApi(TenantApiView):
@@ -223,10 +242,11 @@ class TenantEventsApi(TenantApiView):
         summary="Tail the tenant's published events",
         parameters=[
             TENANT_PARAM,
-            OpenApiParameter("after", str, description=(
+            OpenApiParameter("after", {"type": "string", "pattern": AFTER_PATTERN}, description=(
                 "An event's `sequence` (0 or absent: from the start) or its envelope `id`."
             )),
-            OpenApiParameter("limit", int, description=f"1-{EVENTS_MAX_LIMIT}, default {EVENTS_DEFAULT_LIMIT}."),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": EVENTS_MAX_LIMIT,
+                                       "default": EVENTS_DEFAULT_LIMIT}),
         ],
         responses={200: s.EventPageSerializer, **_problems(400, 401, 404)},
     )
