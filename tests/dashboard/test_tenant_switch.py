@@ -57,3 +57,20 @@ def test_a_user_without_any_tenant_is_told_how_to_get_one(client, db):
 
 def test_switching_needs_a_post(owner_client):
     assert owner_client.get("/tenant/").status_code == 405
+
+
+def test_a_shared_list_link_opens_under_its_tenant_for_a_member_of_it(owner_client, world):
+    membership_add(username="owner", tenant_id="globex")
+    submit("globex", "globex call")
+    owner_client.get("/calls/")
+    html = owner_client.get("/calls/?tenant=globex&q=globex").content.decode()
+    assert "globex call" in html
+    assert owner_client.session[SESSION_KEY] == "globex"
+    assert '<input type="hidden" name="tenant" value="globex">' in html
+
+
+def test_a_list_link_of_a_foreign_tenant_shows_the_users_own_calls(outsider_client, world):
+    submit("acme", "acme call")
+    html = outsider_client.get("/calls/?tenant=acme").content.decode()
+    assert "acme call" not in html
+    assert outsider_client.session[SESSION_KEY] == "globex"

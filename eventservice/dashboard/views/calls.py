@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from eventservice.dashboard.tenancy import tenant_required
+from eventservice.dashboard.tenancy import resolve_tenant, tenant_required, tenant_switch
 from eventservice.ids import iso_ms
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import FAVORITE_TAG, ServiceCall
@@ -31,6 +31,10 @@ def _page_size(raw: str | None) -> int:
 @tenant_required
 @require_GET
 def calls_page(request: HttpRequest) -> HttpResponse:
+    # A shared link names its tenant: a member of it sees that tenant's list (others: their own).
+    wanted = request.GET.get("tenant")
+    if wanted and wanted != request.tenant.id and tenant_switch(request, wanted):
+        resolve_tenant(request)
     tenant_id = request.tenant.id
     filterset = ServiceCallFilter(
         request.GET, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
