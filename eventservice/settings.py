@@ -141,6 +141,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "eventservice.api.schema.closed_request_bodies",
+    ],
 }
 # /metrics without authentication (for a Prometheus scraper); false: staff sessions only.
 METRICS_PUBLIC = env_bool("METRICS_PUBLIC", True)

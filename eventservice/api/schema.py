@@ -15,3 +15,16 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A tenant's API key: `Authorization: Bearer <key>` (`manage.py create_api_key`).",
         }
+
+
+# Request bodies the API refuses unknown fields in (orchestration.validation, the tags view).
+CLOSED_REQUEST_COMPONENTS = ("SubmitServiceCallRequest", "RequestSpecRequest", "TagsInputRequest")
+
+
+def closed_request_bodies(result, generator, request, public):
+    """drf-spectacular post-processing hook: say `additionalProperties: false` where it holds."""
+    schemas = result.get("components", {}).get("schemas", {})
+    for name in CLOSED_REQUEST_COMPONENTS:
+        if name in schemas:
+            schemas[name]["additionalProperties"] = False
+    return result

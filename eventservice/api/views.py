@@ -67,6 +67,9 @@ TENANT_PARAM = OpenApiParameter(
     "tenant_id", {"type": "string", "pattern": TENANT_SLUG_PATTERN}, OpenApiParameter.PATH,
     description="Tenant id (slug).",
 )
+# A filter time: a date-time with a zone, a date, or empty (no bound), as forms send it.
+INSTANT = {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}, {"maxLength": 0}]}
+INSTANT_HELP = "ISO 8601 date-time with a zone, or a date (YYYY-MM-DD, UTC)."
 CALL_PARAM = OpenApiParameter("service_call_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 
 
@@ -94,11 +97,10 @@ class ServiceCallListApi(TenantApiView):
             ),
             OpenApiParameter("q", {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
                              description="Name contains (case-insensitive)."),
-            OpenApiParameter("submittedFrom", OpenApiTypes.DATETIME,
-                             description="ISO 8601 with a zone, or a date (YYYY-MM-DD)."),
-            OpenApiParameter("submittedTo", OpenApiTypes.DATETIME, description="Inclusive; a date covers its day."),
-            OpenApiParameter("dueFrom", OpenApiTypes.DATETIME),
-            OpenApiParameter("dueTo", OpenApiTypes.DATETIME),
+            OpenApiParameter("submittedFrom", INSTANT, description=INSTANT_HELP),
+            OpenApiParameter("submittedTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
+            OpenApiParameter("dueFrom", INSTANT, description=INSTANT_HELP),
+            OpenApiParameter("dueTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
             OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
             OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
             OpenApiParameter("cursor", {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
@@ -231,7 +233,7 @@ class ServiceCallRerunApi(TenantApiView):
 
 EVENTS_DEFAULT_LIMIT = 100
 EVENTS_MAX_LIMIT = 1000
-AFTER_PATTERN = r"^([0-9]+|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12})$"
+AFTER_PATTERN = r"^(|[0-9]+|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12})$"
 
 
 class TenantEventsApi(TenantApiView):

@@ -61,3 +61,13 @@ def test_the_documented_call_shape_is_the_one_the_api_answers(acme_api):
     assert set(components["ServiceCallDetail"]["properties"]) == set(detail)
     assert set(components["Event"]["properties"]) == set(detail["events"][0])
     assert set(components["Links"]["properties"]) >= set(answered["links"])
+
+
+def test_request_bodies_that_refuse_unknown_fields_say_so(acme_api):
+    schemas = _schema()["components"]["schemas"]
+    for name in ("SubmitServiceCallRequest", "RequestSpecRequest", "TagsInputRequest"):
+        assert schemas[name]["additionalProperties"] is False
+    # ...and the API does refuse them.
+    call = submit(acme_api)
+    response = acme_api.put(call["links"]["tags"], {"tags": [], "extra": True})
+    assert response.status_code == 400 and "body" in response.json()["errors"]
