@@ -1,0 +1,448 @@
+"""Service Agent benchmarks (SPEC §12), beside django-q2 and Celery measured in the same run.
+
+    python bench/run.py [--quick] [--only lateness,drain,submission,list] [--big] [--keep]
+
+Sets itself up in a fresh temporary DATA_DIR (SQLite), starts a local HTTP target, then each
+system in turn (the agent's `manage.py qcluster`, a Celery worker on Redis, a stock django-q2
+cluster), one at a time, and prints one table. Results also go to bench/results/. See
+bench/README.md for how to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import agent, peers, submission  # noqa: E402
+from bench.common import (  # noqa: E402
+    PYTHON,
+    ROOT,
+    Child,
+    Children,
+    Profiler,
+    agent_env,
+    cpu_seconds,
+    group_pids,
+    log,
+    pid_holding,
+)
+
+METRICS = ("lateness", "drain", "submission", "list")
+
+FULL = {
+    "lateness": 1000, "lateness_lead": 3.0, "lateness_spread": 10.0,
+    "celery_lateness": 1000, "djq_lateness": 100, "djq_wait": 75.0,
+    "drain": 2000, "drain_lead": 5.0, "celery_drain": 2000, "djq_drain": 500, "bare": 2000,
+    "submit": 3000, "submit_threads": 16, "wrk_seconds": 10,
+    "list_calls": 200_000, "list_tenants": 100, "list_queries": 500,
+}
+QUICK = {
+    **FULL,
+    "lateness": 200, "lateness_lead": 2.0, "lateness_spread": 3.0, "celery_lateness": 200,
+    "djq_lateness": 0, "drain": 300, "drain_lead": 2.0, "celery_drain": 300, "djq_drain": 100, "bare": 300,
+    "submit": 300, "submit_threads": 8, "wrk_seconds": 3, "list_calls": 10_000, "list_tenants": 20,
+    "list_queries": 50,
+}
+BIG = {"list_calls": 1_000_000}
+
+
+class Interrupted(Exception):
+    pass
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
+        "platform": platform.platform(), "load_average": list(os.getloadavg()),
+    }
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.sizes = {**(QUICK if args.quick else FULL), **(BIG if args.big else {})}
+        self.only = set(args.only)
+        self.data_dir = Path(tempfile.mkdtemp(prefix="bench-run-"))
+        self.children = Children(log_dir=self.data_dir)
+        self.env = agent_env(self.data_dir)
+        self.results: dict[str, Any] = {
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "mode": "quick" if args.quick else ("big" if args.big else "default"),
+            "only": sorted(self.only), "sizes": self.sizes, "machine": machine(),
+            "agent": {}, "djq": {}, "celery": {}, "bare": {}, "list": {}, "skipped": {}, "errors": {},
+        }
+        self.target_url = ""
+        self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        self.used_redis = False
+
+    # -- phases -----------------------------------------------------------------------------
+    def phase(self, name: str, body: Callable[[], None]) -> None:
+        """Run one phase; a failure is recorded and the other phases still run."""
+        try:
+            body()
+        except (Interrupted, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            log(f"{name} failed: {type(exc).__name__}: {exc}")
+            self.results["errors"][name] = "".join(traceback.format_exception(exc))[-4000:]
+
+    def setup(self) -> None:
+        log(f"data dir {self.data_dir}; migrating a fresh SQLite database")
+        subprocess.run([PYTHON, "manage.py", "migrate", "-v0"], cwd=ROOT, env=self.env, check=True, timeout=300)
+        os.environ.update(self.env)
+        import django
+
+        django.setup()
+        target = self.children.start("target", [PYTHON, str(ROOT / "bench" / "target.py")], env=self.env,
+                                     stdout_pipe=True)
+        port = int(target.proc.stdout.readline().strip())
+        self.target_url = f"http://127.0.0.1:{port}/ok"
+        log(f"target on {self.target_url}")
+
+    def bare(self) -> None:
+        n = self.sizes["bare"]
+        log(f"bare requests: {n} GETs from one requests.Session")
+        self.results["bare"]["drain"] = agent.bare_requests(url=self.target_url, count=n)
+
+    @contextmanager
+    def profiled(self, name: str, workers: Child) -> Iterator[None]:
+        """CPU time of the agent's worker processes during one phase; with --py-spy, the
+        engine process's stacks (collapsed, one line per stack) in bench/results/."""
+        pids = group_pids(workers.proc.pid)
+        cpu_before = cpu_seconds(pids)
+        profiler = None
+        if self.args.py_spy:
+            pid = pid_holding(workers.proc.pid, str(self.data_dir / "engine-"))
+            py_spy = shutil.which("py-spy", path=str(Path(PYTHON).parent)) or shutil.which("py-spy")
+            if pid and py_spy:
+                out = ROOT / "bench" / "results" / f"{self.stamp}-{name}-engine.folded.txt"
+                out.parent.mkdir(exist_ok=True)
+                profiler = Profiler(pid, out, seconds=600, executable=py_spy)
+                self.results.setdefault("profiles", {})[name] = str(out.relative_to(ROOT))
+            else:
+                log(f"--py-spy: no profile for {name} (engine pid {pid}, py-spy {py_spy})")
+        try:
+            yield
+        finally:
+            if profiler is not None:
+                profiler.stop()
+            self.results["agent"].setdefault("cpu_seconds", {})[name] = cpu_seconds(pids) - cpu_before
+
+    def agent_phase(self) -> None:
+        s = self.sizes
+        workers = agent.start_workers(self.children, self.env)
+        try:
+            if "lateness" in self.only:
+                self.results["agent"]["lateness"] = agent.lateness(
+                    url=self.target_url, count=s["lateness"], lead=s["lateness_lead"],
+                    spread=s["lateness_spread"], window=lambda: self.profiled("lateness", workers))
+            if "drain" in self.only:
+                self.results["agent"]["drain"] = agent.drain(
+                    url=self.target_url, count=s["drain"], lead=s["drain_lead"],
+                    window=lambda: self.profiled("drain", workers))
+            if "submission" in self.only:
+                with self.profiled("submission", workers):
+                    self.phase("submission", self.submission_phase)
+        finally:
+            self.children.stop(workers)
+
+    def submission_phase(self) -> None:
+        s = self.sizes
+        web, port = submission.start_web(self.children, self.env)
+        try:
+            key = submission.api_key()
+            before = submission.accepted_rows()
+            result = submission.python_client(port=port, key=key, target=self.target_url, total=s["submit"],
+                                              threads=s["submit_threads"], env=self.env)
+            result["rows_stored"] = submission.accepted_rows() - before
+            self.results["agent"]["submission"] = result
+            wrk = submission.wrk_client(port=port, key=key, target=self.target_url, seconds=s["wrk_seconds"],
+                                        connections=s["submit_threads"])
+            if wrk is None:
+                self.results["skipped"]["submission_wrk"] = "wrk is not installed (apt-get install wrk)"
+            else:
+                self.results["agent"]["submission_wrk"] = wrk
+        finally:
+            self.children.stop(web)
+
+    def celery_phase(self) -> None:
+        s = self.sizes
+        reason = peers.redis_unreachable_reason()
+        if reason:
+            log(f"Celery skipped: {reason}")
+            self.results["skipped"]["celery"] = reason
+            return
+        self.used_redis = True
+        worker = peers.start_celery(self.children, self.env)
+        try:
+            if "drain" in self.only:
+                self.results["celery"]["drain"] = peers.celery_drain(count=s["celery_drain"])
+            if "lateness" in self.only:
+                self.results["celery"]["lateness"] = peers.celery_lateness(
+                    count=s["celery_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"])
+        finally:
+            self.children.stop(worker)
+            peers.celery_reset()
+
+    def djq_phase(self) -> None:
+        s = self.sizes
+        cluster = peers.start_djq(self.children, self.env)
+        try:
+            if "drain" in self.only:
+                self.results["djq"]["drain"] = peers.djq_drain(count=s["djq_drain"])
+            if "lateness" in self.only:
+                if s["djq_lateness"]:
+                    self.results["djq"]["lateness"] = peers.djq_lateness(
+                        count=s["djq_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"],
+                        wait=s["djq_wait"])
+                else:
+                    self.results["skipped"]["djq_lateness"] = "skipped in --quick (its scheduler wakes every ~30 s)"
+        finally:
+            self.children.stop(cluster)
+
+    def list_phase(self) -> None:
+        s = self.sizes
+        log(f"list: bench/list_query.py --calls {s['list_calls']} --tenants {s['list_tenants']}")
+        done = subprocess.run(
+            [PYTHON, str(ROOT / "bench" / "list_query.py"), "--calls", str(s["list_calls"]),
+             "--tenants", str(s["list_tenants"]), "--queries", str(s["list_queries"])],
+            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=1800, check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"list_query.py failed:\n{done.stderr[-3000:]}")
+        self.results["list"] = json.loads(done.stdout.strip().splitlines()[-1])
+
+    def execute(self) -> None:
+        self.setup()
+        if "drain" in self.only:
+            self.phase("bare", self.bare)
+        if self.only & {"lateness", "drain", "submission"}:
+            self.phase("agent", self.agent_phase)
+        if self.only & {"lateness", "drain"} and not self.args.skip_peers:
+            self.phase("celery", self.celery_phase)
+            self.phase("django-q2", self.djq_phase)
+        if "list" in self.only:
+            self.phase("list", self.list_phase)
+
+    def close(self) -> None:
+        self.children.stop_all()
+        if self.used_redis:
+            try:
+                peers.celery_reset()
+            except Exception:
+                pass
+        if self.args.keep:
+            log(f"kept {self.data_dir}")
+        else:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+# --- the table --------------------------------------------------------------------------------
+
+def fmt(value: Any, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def get(data: dict, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def verdict(ok: bool | None, text: str) -> str:
+    if ok is None:
+        return f"{text} (not measured)"
+    return f"{text}: {'met' if ok else 'MISSED'}"
+
+
+def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
+    a, q, c, b, lst = results["agent"], results["djq"], results["celery"], results["bare"], results["list"]
+    table = []
+
+    def add(metric: str, agent_value: Any = None, djq: Any = None, celery: Any = None, bare: Any = None,
+            target: str = "", digits: int = 1) -> None:
+        table.append((metric, fmt(agent_value, digits), fmt(djq, digits), fmt(celery, digits), fmt(bare, digits),
+                      target))
+
+    if a.get("lateness") or q.get("lateness") or c.get("lateness"):
+        add("timers measured (n)", get(a, "lateness", "lateness_ms", "n"), get(q, "lateness", "lateness_ms", "n"),
+            get(c, "lateness", "lateness_ms", "n"))
+        for stat, limit in (("p50", 10), ("p95", None), ("p99", 50), ("max", None)):
+            value = get(a, "lateness", "lateness_ms", stat)
+            target = ""
+            if limit is not None:
+                target = verdict(None if value is None else value <= limit, f"≤ {limit} ms")
+            add(f"timer lateness {stat} (ms)", value, get(q, "lateness", "lateness_ms", stat),
+                get(c, "lateness", "lateness_ms", stat), None, target)
+    if a.get("drain") or q.get("drain") or c.get("drain") or b.get("drain"):
+        celery_rate = get(c, "drain", "rate")
+        rate = get(a, "drain", "rate_terminal")
+        full = get(a, "drain", "rate_bookkeeping")
+
+        def versus(value: float | None) -> str:
+            if celery_rate is None:
+                return "≥ Celery (not measured)"
+            return verdict(None if value is None else value >= celery_rate, f"≥ Celery ({celery_rate:,.0f}/s)")
+
+        add("drain: jobs (n)", get(a, "drain", "calls"), get(q, "drain", "tasks"), get(c, "drain", "tasks"),
+            get(b, "drain", "requests"))
+        add("drain rate, all terminal (/s)", rate, get(q, "drain", "rate"), celery_rate, get(b, "drain", "rate"),
+            versus(rate), digits=0)
+        add("drain rate, bookkeeping done (/s)", full, None, None, None, versus(full), digits=0)
+        add("drain: last start after due (s)", get(a, "drain", "last_start_after_due_s"), digits=2)
+        add("drain: all terminal after due (s)", get(a, "drain", "terminal_after_due_s"),
+            get(q, "drain", "seconds"), get(c, "drain", "seconds"), get(b, "drain", "seconds"), digits=2)
+        add("drain: all events published after due (s)", get(a, "drain", "bookkeeping_after_due_s"), digits=2)
+        lag99 = get(a, "drain", "outbox_lag_ms", "p99")
+        add("outbox lag p50 (ms)", get(a, "drain", "outbox_lag_ms", "p50"))
+        add("outbox lag p99 (ms)", lag99, target=verdict(None if lag99 is None else lag99 <= 1000, "≤ 1000 ms"))
+    if a.get("submission"):
+        rate = get(a, "submission", "rate")
+        add(f"POST service-calls ({get(a, 'submission', 'client')}) req/s", rate,
+            target=verdict(rate >= 300, "≥ 300 req/s"), digits=0)
+        add("POST service-calls p50 / p99 (ms)",
+            f"{fmt(get(a, 'submission', 'p50_ms'))} / {fmt(get(a, 'submission', 'p99_ms'))}")
+    if a.get("submission_wrk"):
+        rate = get(a, "submission_wrk", "rate")
+        add(f"POST service-calls ({get(a, 'submission_wrk', 'client')}) req/s", rate,
+            target=verdict(rate >= 300, "≥ 300 req/s"), digits=0)
+        add("POST service-calls p50 / p99 (ms), wrk",
+            f"{fmt(get(a, 'submission_wrk', 'p50_ms'))} / {fmt(get(a, 'submission_wrk', 'p99_ms'))}")
+    if lst:
+        calls = lst["calls"]
+        labels = {"one_tag": "1 tag", "two_tags": "2 tags", "favorite": "favorite", "status": "status"}
+        for kind, label in labels.items():
+            r = lst["results"].get(kind)
+            if not r:
+                continue
+            target = ""
+            if kind in ("one_tag", "two_tags"):
+                ok = r["p95"] <= 50
+                target = f"p95 ≤ 50 ms{'' if calls >= 1_000_000 else ' (at 1M)'}: {'met' if ok else 'MISSED'}"
+            add(f"list {label}, {calls:,} calls: p50 / p95 (ms)", f"{fmt(r['p50'])} / {fmt(r['p95'])}",
+                target=target)
+        tag_plans = [lst["results"][k]["plan_ok"] for k in ("one_tag", "two_tags", "favorite") if k in lst["results"]]
+        add("list plan: tag index, no SCAN of service_calls", "yes" if all(tag_plans) else "NO",
+            target=verdict(all(tag_plans), "index-only plan"))
+    return table
+
+
+def render(results: dict) -> str:
+    header = ("metric", "Service Agent", "django-q2", "Celery (Redis)", "bare requests", "SPEC target")
+    body = rows(results)
+    widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
+
+    def line(row: tuple) -> str:
+        cells = [str(cell).ljust(widths[i]) if i == 0 or i == 5 else str(cell).rjust(widths[i])
+                 for i, cell in enumerate(row)]
+        return "| " + " | ".join(cells) + " |"
+
+    out = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    out.extend(line(row) for row in body)
+    notes = []
+    for name, reason in results["skipped"].items():
+        notes.append(f"skipped {name}: {reason}")
+    for name, error in results["errors"].items():
+        notes.append(f"ERROR in {name}: {error.strip().splitlines()[-1]}")
+    m = results["machine"]
+    notes.append(f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}, load average at start "
+                 f"{m['load_average'][0]:.2f}, at end {results.get('load_average_end', [math.nan])[0]:.2f}")
+    return "\n".join(out + [""] + notes)
+
+
+def plans(results: dict) -> str:
+    lst = results.get("list") or {}
+    out = []
+    for kind, r in (lst.get("results") or {}).items():
+        out.append(f"EXPLAIN QUERY PLAN, {kind} {json.dumps(r['plan_example'])}:\n  " + r["plan"].replace("\n", "\n  "))
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small counts: a smoke run of about a minute")
+    parser.add_argument("--only", default=",".join(METRICS),
+                        help=f"comma-separated subset of {','.join(METRICS)} (outbox lag comes with drain)")
+    parser.add_argument("--big", action="store_true", help="the list at 1,000,000 calls (takes a few minutes)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary DATA_DIR and the child logs")
+    parser.add_argument("--skip-peers", action="store_true", help="measure the agent only (no Celery, no django-q2)")
+    parser.add_argument("--py-spy", action="store_true",
+                        help="record flame graphs of the engine's process (needs py-spy in the venv)")
+    args = parser.parse_args()
+    args.only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = set(args.only) - set(METRICS)
+    if unknown:
+        parser.error(f"unknown metric(s): {', '.join(sorted(unknown))}; choose from {', '.join(METRICS)}")
+
+    def on_term(signum, frame) -> None:
+        raise Interrupted(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_term)
+    run = Run(args)
+    started = time.monotonic()
+    status = 0
+    try:
+        run.execute()
+    except (Interrupted, KeyboardInterrupt) as exc:
+        log(f"interrupted ({type(exc).__name__}); stopping everything this run started")
+        run.results["errors"]["run"] = "interrupted"
+        status = 130
+    except Exception as exc:
+        log(f"the run failed: {type(exc).__name__}: {exc}")
+        run.results["errors"]["run"] = "".join(traceback.format_exception(exc))[-4000:]
+        status = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip the clean-up
+        run.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    run.results["seconds"] = time.monotonic() - started
+    run.results["load_average_end"] = list(os.getloadavg())
+    out_dir = ROOT / "bench" / "results"
+    out_dir.mkdir(exist_ok=True)
+    out_path = out_dir / f"{run.stamp}-{run.results['mode']}.json"
+    out_path.write_text(json.dumps(run.results, indent=2, default=str))
+    print()
+    print(render(run.results))
+    if run.results.get("list"):
+        print()
+        print(plans(run.results))
+    print()
+    log(f"done in {run.results['seconds']:.0f}s; results in {out_path.relative_to(ROOT)}")
+    if run.results["errors"] and not status:
+        status = 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
