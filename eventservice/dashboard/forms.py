@@ -158,24 +158,32 @@ class RequestForm(forms.Form):
         return (naive + offset).replace(tzinfo=UTC).isoformat()
 
     def wire_data(self) -> dict[str, Any]:
-        """The submission in the API's wire shape, for orchestration.validation."""
-        cleaned = self.cleaned_data
+        """The submission in the API's wire shape, for orchestration.validation.
+
+        Built from whatever parsed, even when some field did not: the domain's checks of the
+        other fields then run too, so every mistake is shown at once.
+        """
+        cleaned = getattr(self, "cleaned_data", {})
         body_text = cleaned.get("body") or ""
         if not body_text.strip():
             body = None
-        elif cleaned["body_format"] == self.BodyFormat.JSON:
-            body = cleaned["body_value"]
+        elif cleaned.get("body_format") == self.BodyFormat.JSON:
+            body = cleaned.get("body_value")
         else:
             body = body_text
         spec: dict[str, Any] = {
-            "method": cleaned["method"],
-            "url": cleaned["url"],
+            "method": cleaned.get("method") or "GET",
+            "url": cleaned.get("url") or "",
             "headers": {name: value for name, value in self.header_rows if name},
             "body": body,
         }
         if cleaned.get("timeout_ms") is not None:
             spec["timeoutMs"] = cleaned["timeout_ms"]
-        data: dict[str, Any] = {"name": cleaned["name"], "requestSpec": spec, "tags": split_tags(cleaned["tags"])}
+        data: dict[str, Any] = {
+            "name": cleaned.get("name") or "",
+            "requestSpec": spec,
+            "tags": split_tags(cleaned.get("tags") or ""),
+        }
         if cleaned.get("due_iso"):
             data["dueAt"] = cleaned["due_iso"]
         if cleaned.get("idempotency_key"):
@@ -186,6 +194,8 @@ class RequestForm(forms.Form):
         for wire_name, messages in errors.items():
             field = WIRE_FIELDS.get(wire_name)
             for message in messages:
+                if field is not None and message in self.errors.get(field, []):
+                    continue
                 self.add_error(field, message)
 
 

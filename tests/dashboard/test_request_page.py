@@ -122,3 +122,11 @@ def test_sending_the_same_form_twice_stores_one_call(owner_client, world):
 def test_a_call_is_stored_for_the_current_tenant_only(outsider_client, world):
     outsider_client.post("/calls/new/", _form())
     assert list(ServiceCall.objects.values_list("tenant_id", flat=True)) == ["globex"]
+
+
+def test_every_mistake_is_shown_at_once(owner_client, world):
+    response = owner_client.post("/calls/new/", _form(name="", url="ftp://x", body="{oops", when="schedule"))
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert {"name", "url", "body", "due_local"} <= set(errors), errors
+    assert not ServiceCall.objects.exists()

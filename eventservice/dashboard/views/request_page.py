@@ -35,10 +35,15 @@ def request_page(request: HttpRequest) -> HttpResponse:
 
 
 def _submit(request: HttpRequest, form: RequestForm):
-    if not form.is_valid():
-        return None
+    parsed = form.is_valid()
     try:
         submission = validate_submission(form.wire_data())
+    except ValidationFailed as exc:
+        form.add_wire_errors(exc.errors)
+        return None
+    if not parsed:
+        return None
+    try:
         call, created = service_call_submit(
             tenant_id=request.tenant.id, submission=submission, correlation_id=request.correlation_id
         )
