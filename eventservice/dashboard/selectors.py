@@ -70,9 +70,16 @@ class WorkerRow:
     stale: bool
 
 
-def worker_sessions(*, now: datetime, limit: int = 20) -> list[WorkerRow]:
+def worker_sessions(*, now: datetime, limit: int = 20, stopped: int = 5) -> list[WorkerRow]:
+    """Sessions still marked running (uses worker_sessions_running), then the last few stopped."""
+    running = list(
+        WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).order_by("-last_heartbeat_at")[:limit]
+    )
+    ended = list(
+        WorkerSession.objects.exclude(status=WorkerSession.Status.RUNNING).order_by("-last_heartbeat_at")[:stopped]
+    )
     rows = []
-    for session in WorkerSession.objects.order_by("-last_heartbeat_at")[:limit]:
+    for session in running + ended:
         age = (now - session.last_heartbeat_at).total_seconds()
         stale = session.status == WorkerSession.Status.RUNNING and age > settings.WORKER_STALE_SECONDS
         rows.append(WorkerRow(session, age, stale))
