@@ -202,7 +202,10 @@ def clean_tags(raw: Any, errors: _Errors, field_name: str = "tags") -> list[str]
 
 
 def validate_tags(raw: Any) -> list[str]:
+    """The whole new tag set of a call (PUT tags): a list is required, null is not "none"."""
     errors = _Errors()
+    if not isinstance(raw, list):
+        raise ValidationFailed({"tags": ["Tags must be a list of strings."]})
     tags = clean_tags(raw, errors)
     if errors.errors:
         raise ValidationFailed(errors.errors)

@@ -277,8 +277,10 @@ def test_it_refuses_tags_that_are_not_a_list(tags):
 
 def test_tags_replaced_later_are_validated_the_same_way():
     assert validate_tags(["a", "b", "a"]) == ["a", "b"]
-    with pytest.raises(ValidationFailed):
-        validate_tags(["bad tag"])
+    assert validate_tags([]) == []
+    for bad in (["bad tag"], None, "a", {"a": 1}):
+        with pytest.raises(ValidationFailed):
+            validate_tags(bad)
 
 
 # --- dueAt ----------------------------------------------------------------------------------

@@ -1,0 +1,100 @@
+"""Schemathesis against /api/schema/: generated requests (valid and invalid) to every API
+operation, through the Django WSGI app in this process (no network).
+
+No response may be a 5xx, and every response must conform to the schema (status codes,
+content types, bodies, headers), auth must not be ignored. Requests are authenticated with
+acme's API key and aimed at acme's tenant and at one of its real calls, so handlers are
+exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
+operation (valid and invalid ones), no deadline.
+
+Not run: schemathesis' "schema-valid data is accepted" and "schema-invalid data is refused".
+The schema is an approximation of validation JSON Schema cannot state exactly (a URL's host
+must be a valid name and not a refused IP literal, tags hold no whitespace, the
+Idempotency-Key header equals the body's key, an empty query value means "not given"), so
+those two checks fail on rules, not bugs; tests/security/test_validation.py and the API
+tests pin the rules themselves.
+"""
+
+from __future__ import annotations
+
+import pytest
+import schemathesis
+from schemathesis import checks
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from hypothesis import HealthCheck, Phase, settings
+from schemathesis.generation.meta import ParameterLocation
+
+from orchestration.services import service_call_submit
+from orchestration.validation import validate_submission
+
+
+def _load_schema():
+    from eventservice.wsgi import application
+
+    # Loaded at collection (schemathesis' lazy from_fixture needs pytest < 9); generating the
+    # schema touches no database.
+    return schemathesis.openapi.from_wsgi("/api/schema/", application)
+
+
+schema = _load_schema()
+
+
+@pytest.fixture
+def wsgi_requests_keep_the_test_transaction(db):
+    """As Django's test client does: a request must not close the connection holding the
+    test's transaction (Django closes it when a WSGI request finishes)."""
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture
+def acme_call(world) -> str:
+    submission = validate_submission({
+        "name": "fuzzed", "tags": ["fuzz"],
+        "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/", "headers": {"Authorization": "Bearer x"}},
+    })
+    call, _ = service_call_submit(tenant_id="acme", submission=submission, correlation_id="fuzz")
+    return str(call.pk)
+
+
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
+    checks.ignored_auth,
+    checks.unsupported_method,
+]
+
+
+def _negative(case, location: ParameterLocation) -> bool:
+    meta = case._meta  # schemathesis keeps which parts of a case were generated invalid here
+    return meta is not None and meta.is_negative_at(location)
+
+
+@schema.parametrize()
+# Generated examples only: schemathesis' coverage phase builds its cases while pytest
+# collects, which costs about a minute here even when this test is not selected.
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
+          phases=[Phase.generate])
+def test_every_api_operation_conforms_to_its_schema(case, world, acme_call, wsgi_requests_keep_the_test_transaction):
+    # Aim valid paths at acme and its call; an invalid path or header stays as generated.
+    if not _negative(case, ParameterLocation.PATH):
+        parameters = case.path_parameters or {}
+        if "tenant_id" in parameters:
+            parameters["tenant_id"] = "acme"
+        if "service_call_id" in parameters:
+            parameters["service_call_id"] = acme_call
+    auth = {} if _negative(case, ParameterLocation.HEADER) else {"Authorization": f"Bearer {world.acme_key}"}
+    # The schema cannot say "the Idempotency-Key header, if given, equals the body's key"
+    # (a mismatch is a documented 400): a positive case keeps them equal.
+    header_key = (case.headers or {}).get("Idempotency-Key")
+    if (isinstance(case.body, dict) and isinstance(case.body.get("idempotencyKey"), str) and header_key is not None
+            and not _negative(case, ParameterLocation.HEADER) and not _negative(case, ParameterLocation.BODY)):
+        case.headers["Idempotency-Key"] = case.body["idempotencyKey"]
+    case.call_and_validate(headers=auth, checks=CHECKS)
