@@ -8,16 +8,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
 from eventservice.ids import iso_ms, utcnow
 from execution.models import HttpExecution
 from orchestration.selectors import status_counts
-from outbox.models import OutboxEvent
+from outbox.selectors import outbox_backlog
 from timer.selectors import timers_backlog
-from workers.models import WorkerSession
+from workers.selectors import worker_heartbeat
 
 
 def database_ok() -> bool:
@@ -29,27 +28,20 @@ def database_ok() -> bool:
         return False
 
 
-def worker_heartbeat(*, now: datetime) -> dict[str, Any]:
-    """The freshest heartbeat of a running worker session (uses worker_sessions_running)."""
-    running = WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING)
-    newest = running.order_by("-last_heartbeat_at").values_list("last_heartbeat_at", flat=True).first()
-    age = round((now - newest).total_seconds(), 3) if newest else None
+def _worker(now: datetime) -> dict[str, Any]:
+    beat = worker_heartbeat(now=now)
     return {
-        "runningSessions": running.count(),
-        "heartbeatAgeSeconds": age,
-        "staleAfterSeconds": settings.WORKER_STALE_SECONDS,
-        "ok": age is not None and age <= settings.WORKER_STALE_SECONDS,
+        "runningSessions": beat["running_sessions"],
+        "heartbeatAgeSeconds": beat["heartbeat_age_seconds"],
+        "staleAfterSeconds": beat["stale_after_seconds"],
+        "ok": beat["ok"],
     }
 
 
-def outbox_backlog(*, now: datetime) -> dict[str, Any]:
-    """Unpublished events and the age of the oldest (uses outbox_unpublished)."""
-    unpublished = OutboxEvent.objects.filter(published_at__isnull=True)
-    oldest = unpublished.order_by("id").values_list("created_at", flat=True).first()
-    return {
-        "unpublished": unpublished.count(),
-        "oldestUnpublishedAgeSeconds": round(max(0.0, (now - oldest).total_seconds()), 3) if oldest else 0.0,
-    }
+def _outbox(now: datetime) -> dict[str, Any]:
+    backlog = outbox_backlog(now=now)
+    age_ms = backlog["oldest_age_ms"]
+    return {"unpublished": backlog["unpublished"], "oldestUnpublishedAgeSeconds": round(age_ms / 1000, 3) if age_ms else 0.0}
 
 
 def attempts_by_error_kind() -> dict[str, int]:
@@ -63,7 +55,7 @@ def health_report(*, now: datetime | None = None) -> tuple[bool, dict[str, Any]]
     now = now or utcnow()
     if not database_ok():
         return False, {"status": "unavailable", "checkedAt": iso_ms(now), "database": {"ok": False}}
-    worker = worker_heartbeat(now=now)
+    worker = _worker(now)
     healthy = worker["ok"]
     return healthy, {
         "status": "ok" if healthy else "degraded",
@@ -71,7 +63,7 @@ def health_report(*, now: datetime | None = None) -> tuple[bool, dict[str, Any]]
         "database": {"ok": True},
         "worker": worker,
         "timers": timers_backlog(now=now),
-        "outbox": outbox_backlog(now=now),
+        "outbox": _outbox(now),
     }
 
 
@@ -80,7 +72,7 @@ def metrics_snapshot(*, now: datetime | None = None) -> dict[str, Any]:
     return {
         "calls": status_counts(),
         "timers": timers_backlog(now=now),
-        "outbox": outbox_backlog(now=now),
-        "worker": worker_heartbeat(now=now),
+        "outbox": _outbox(now),
+        "worker": _worker(now),
         "attempts": attempts_by_error_kind(),
     }

@@ -36,15 +36,10 @@ from eventservice.errors import NotFound, ValidationFailed
 from execution.selectors import attempts_for_call
 from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.models import ServiceCall
-from orchestration.selectors import (
-    outbox_sequence_of,
-    service_call_events,
-    service_call_get,
-    service_calls_for_tenant,
-    tenant_events_published,
-)
+from orchestration.selectors import service_call_get, service_calls_for_tenant
 from orchestration.services import service_call_rerun, service_call_submit, service_call_tags_set
 from orchestration.validation import validate_submission
+from outbox.selectors import event_sequence_of, events_for_call, events_published_after
 from tenants.models import TENANT_SLUG_PATTERN
 
 
@@ -179,7 +174,7 @@ class ServiceCallDetailApi(TenantApiView):
         body = service_call_detail_representation(
             call,
             executions=attempts_for_call(tenant_id=self.tenant_id, service_call_id=call.service_call_id),
-            events=service_call_events(tenant_id=self.tenant_id, service_call_id=call.service_call_id),
+            events=events_for_call(tenant_id=self.tenant_id, service_call_id=call.service_call_id),
             request=request,
         )
         return Response(body)
@@ -266,7 +261,7 @@ class TenantEventsApi(TenantApiView):
             errors["after"] = [str(exc)]
         if errors:
             raise ValidationFailed(errors)
-        rows = tenant_events_published(tenant_id=self.tenant_id, after=after, limit=limit)
+        rows = events_published_after(tenant_id=self.tenant_id, after=after, limit=limit)
         last = rows[-1].id if rows else after
         next_url = request.build_absolute_uri(request.path) + f"?after={last}&limit={limit}"
         return Response({"results": [event_representation(row) for row in rows], "next": next_url})
@@ -281,7 +276,7 @@ class TenantEventsApi(TenantApiView):
             event_id = _uuid(raw)
         except ValueError:
             raise ValueError("after must be an event's sequence number or its envelope id.") from None
-        sequence = outbox_sequence_of(tenant_id=self.tenant_id, event_id=event_id)
+        sequence = event_sequence_of(tenant_id=self.tenant_id, event_id=event_id)
         if sequence is None:
             raise ValueError("No event of this tenant has this id; resume from a sequence number.")
         return sequence

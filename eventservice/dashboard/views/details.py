@@ -12,7 +12,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from eventservice.api.representation import outcome_representation, service_call_representation
 from eventservice.dashboard.forms import FavoriteForm, TagsForm, split_tags
-from eventservice.dashboard.selectors import events_for_call
 from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.timeline import call_timeline
 from eventservice.dashboard.views.common import call_for_request, json_error, redirect_back, wants_json
@@ -27,6 +26,7 @@ from orchestration.services import (
     service_call_rerun,
     service_call_tags_set,
 )
+from outbox.selectors import events_for_call
 
 
 def _detail_url(call) -> str:

@@ -12,16 +12,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from eventservice.dashboard.selectors import (
-    outbox_backlog,
-    recent_failed_calls,
-    recent_loop_errors,
-    worker_sessions,
-)
+from eventservice.dashboard.selectors import recent_failed_calls
 from eventservice.dashboard.tenancy import resolve_tenant
 from eventservice.ids import utcnow
 from orchestration.selectors import status_counts
+from outbox.selectors import outbox_backlog
 from timer.selectors import timers_backlog
+from workers.selectors import recent_loop_errors, worker_sessions
 
 
 @login_required
@@ -37,7 +34,7 @@ def system_page(request: HttpRequest) -> HttpResponse:
         "all_tenants": scope is None,
         "workers": worker_sessions(now=now),
         "timers": timers_backlog(now=now, tenant_ids=scope),
-        "outbox": outbox_backlog(now=now, tenant_ids=scope),
+        "outbox": outbox_backlog(now=now, tenant_ids=scope, with_lag=True),
         "failed_calls": recent_failed_calls(tenant_ids=scope),
         "loop_errors": recent_loop_errors() if request.user.is_superuser else [],
         "tenant_counts": [(tenant, status_counts(tenant_id=tenant.id)) for tenant in request.tenants[:50]],
