@@ -72,10 +72,19 @@ _NAMED_RANGES: list[tuple[str, IPNetwork]] = [
 
 # Headers the agent sets itself, hop-by-hop headers, and headers that would let a caller
 # smuggle a second request or steer a proxy (SPEC §11). `Proxy-*` is refused as a prefix.
-REFUSED_HEADERS = frozenset({
-    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
-    "trailers", "upgrade",
-})
+REFUSED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "trailers",
+        "upgrade",
+    }
+)
 
 
 class EgressDenied(Exception):
@@ -241,7 +250,7 @@ def parse_allow_rule(entry: str) -> AllowRule:
         close = entry.find("]")
         if close < 0:
             raise ValueError(f"bad allowlist entry {entry!r}")
-        host, rest = entry[1:close], entry[close + 1:]
+        host, rest = entry[1:close], entry[close + 1 :]
         if rest:
             if not rest.startswith(":"):
                 raise ValueError(f"bad allowlist entry {entry!r}")
@@ -411,6 +420,7 @@ def own_mock_target_rules() -> Iterable[AllowRule]:
 
 
 # --- Connections pinned to the checked address, with bounded response headers ------------
+
 
 def track_sockets() -> list[socket.socket]:
     """Start collecting the sockets this thread opens (closed by the attempt's deadline)."""

@@ -97,6 +97,7 @@ def encode_body(body: Any, headers: dict[str, str]) -> tuple[bytes | None, dict[
 
 # --- The whole-attempt deadline -----------------------------------------------------------
 
+
 class _DeadlineWatch:
     """One thread for every attempt's deadline (a heap), instead of a timer thread each."""
 
@@ -148,6 +149,7 @@ _deadlines = _DeadlineWatch()
 
 # --- The attempt --------------------------------------------------------------------------
 
+
 def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outcome:
     """Send the request once and describe what happened. Never raises."""
     if connection.in_atomic_block:
@@ -190,8 +192,13 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     try:
         data, headers = encode_body(request.body, dict(request.headers))
         response = _session().request(
-            request.method, request.url, headers=headers, data=data,
-            timeout=(timeout_s, timeout_s), allow_redirects=False, stream=True,
+            request.method,
+            request.url,
+            headers=headers,
+            data=data,
+            timeout=(timeout_s, timeout_s),
+            allow_redirects=False,
+            stream=True,
         )
         if expired.is_set():  # the headers may have been cut short by the deadline
             raise _DeadlineExceeded
@@ -224,12 +231,21 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     status = response.status_code
     if 200 <= status < 300:
         return Outcome(
-            succeeded=True, status=status, headers=headers_out, body_snippet=snippet,
-            body_truncated=truncated, latency_ms=latency(),
+            succeeded=True,
+            status=status,
+            headers=headers_out,
+            body_snippet=snippet,
+            body_truncated=truncated,
+            latency_ms=latency(),
         )
     return Outcome(
-        succeeded=False, status=status, headers=headers_out, body_snippet=snippet,
-        body_truncated=truncated, latency_ms=latency(), error_kind=ErrorKind.HTTP_ERROR,
+        succeeded=False,
+        status=status,
+        headers=headers_out,
+        body_snippet=snippet,
+        body_truncated=truncated,
+        latency_ms=latency(),
+        error_kind=ErrorKind.HTTP_ERROR,
         error_message=_scrub(f"HTTP {status} {response.reason or ''}".strip()[:200], secrets),
     )
 
@@ -256,6 +272,7 @@ def _read_capped(response: requests.Response, deadline: float, expired: threadin
 
 
 # --- Short, human error messages ----------------------------------------------------------
+
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
     """The exception and everything it wraps (requests and urllib3 nest them in args,
@@ -315,8 +332,10 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
             return ErrorKind.NETWORK_ERROR, "connection closed before a response"
         if isinstance(cause, http.client.BadStatusLine):
             return ErrorKind.NETWORK_ERROR, "not an HTTP response"
-        if isinstance(cause, (http.client.IncompleteRead, urllib3.exceptions.IncompleteRead,
-                              requests.exceptions.ChunkedEncodingError)):
+        if isinstance(
+            cause,
+            (http.client.IncompleteRead, urllib3.exceptions.IncompleteRead, requests.exceptions.ChunkedEncodingError),
+        ):
             return ErrorKind.NETWORK_ERROR, "the response body ended early"
         if isinstance(cause, (urllib3.exceptions.DecodeError, requests.exceptions.ContentDecodingError)):
             return ErrorKind.NETWORK_ERROR, "the response body could not be decompressed"
@@ -334,8 +353,10 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
         if isinstance(cause, requests.exceptions.InvalidHeader):
             return ErrorKind.INTERNAL_ERROR, "a request header is not valid"
     for cause in causes:
-        if isinstance(cause, (OSError, http.client.HTTPException, urllib3.exceptions.ProtocolError,
-                              requests.exceptions.ConnectionError)):
+        if isinstance(
+            cause,
+            (OSError, http.client.HTTPException, urllib3.exceptions.ProtocolError, requests.exceptions.ConnectionError),
+        ):
             leaf = causes[-1]
             return ErrorKind.NETWORK_ERROR, _short(leaf if isinstance(leaf, OSError) else cause)
     return ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {_short(exc)}"

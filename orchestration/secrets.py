@@ -160,8 +160,10 @@ def sealed_values_rotate(*, batch_size: int = 500, dry_run: bool = False) -> Rot
         with transaction.atomic():
             for service_call_id, old_spec, new_spec in updates:
                 current = (
-                    ServiceCall.objects.select_for_update().filter(pk=service_call_id)
-                    .values_list("request_spec", flat=True).first()
+                    ServiceCall.objects.select_for_update()
+                    .filter(pk=service_call_id)
+                    .values_list("request_spec", flat=True)
+                    .first()
                 )
                 if current != old_spec:  # changed meanwhile (a rerun copies, never edits): skip
                     continue

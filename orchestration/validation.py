@@ -67,8 +67,11 @@ class Submission:
         return {
             "name": self.name,
             "requestSpec": {
-                "method": self.method, "url": self.url, "headers": self.headers,
-                "body": self.body, "timeoutMs": self.timeout_ms,
+                "method": self.method,
+                "url": self.url,
+                "headers": self.headers,
+                "body": self.body,
+                "timeoutMs": self.timeout_ms,
             },
             "dueAt": self.due_at.isoformat() if self.due_at else None,
             "tags": sorted(self.tags),
@@ -315,6 +318,13 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
     if errors.errors:
         raise ValidationFailed(errors.errors)
     return Submission(
-        name=name.strip(), method=method, url=url, headers=headers, body=body,
-        timeout_ms=timeout_ms, due_at=due_at, tags=tags, idempotency_key=key,
+        name=name.strip(),
+        method=method,
+        url=url,
+        headers=headers,
+        body=body,
+        timeout_ms=timeout_ms,
+        due_at=due_at,
+        tags=tags,
+        idempotency_key=key,
     )

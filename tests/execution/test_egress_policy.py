@@ -76,8 +76,17 @@ REFUSED = [
     ("::ffff:0:7f00:1", "IPv4-translated"),
 ]
 
-PUBLIC = ["8.8.8.8", "1.1.1.1", "93.184.215.14", "2606:4700:4700::1111", "2a00:1450:4001::200e",
-          "::ffff:8.8.8.8", "100.128.0.1", "172.32.0.1", "192.169.0.1"]
+PUBLIC = [
+    "8.8.8.8",
+    "1.1.1.1",
+    "93.184.215.14",
+    "2606:4700:4700::1111",
+    "2a00:1450:4001::200e",
+    "::ffff:8.8.8.8",
+    "100.128.0.1",
+    "172.32.0.1",
+    "192.169.0.1",
+]
 
 
 @pytest.fixture
@@ -138,8 +147,21 @@ def test_it_reads_alternate_address_forms_as_the_address_they_denote(text, addre
 
 
 @pytest.mark.parametrize(
-    "text", ["example.com", "deadbeef", "0x", "1.2.3.4.5", "08.0.0.1", "4294967296", "127.0.0.256",
-             "127.0.0.1.", "1..2", "", "localhost", "0x7g"],
+    "text",
+    [
+        "example.com",
+        "deadbeef",
+        "0x",
+        "1.2.3.4.5",
+        "08.0.0.1",
+        "4294967296",
+        "127.0.0.256",
+        "127.0.0.1.",
+        "1..2",
+        "",
+        "localhost",
+        "0x7g",
+    ],
 )
 def test_it_reads_names_and_malformed_numbers_as_no_address(text):
     assert parse_ip_literal(text) is None
@@ -157,10 +179,22 @@ def test_it_agrees_with_the_c_library_on_ipv4_forms(text):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://0x7f000001/", "http://2130706433/", "http://017700000001/", "http://127.1/",
-     "http://[::ffff:127.0.0.1]/", "http://[::1]/", "http://100.64.0.1/", "http://[fd00::1]/",
-     "http://169.254.169.254/latest/meta-data/", "http://0xa9fea9fe/", "http://[::ffff:a9fe:a9fe]/",
-     "http://%31%32%37.0.0.1/", "https://10.0.0.1:8443/", "http://0/"],
+    [
+        "http://0x7f000001/",
+        "http://2130706433/",
+        "http://017700000001/",
+        "http://127.1/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://[::1]/",
+        "http://100.64.0.1/",
+        "http://[fd00::1]/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://0xa9fea9fe/",
+        "http://[::ffff:a9fe:a9fe]/",
+        "http://%31%32%37.0.0.1/",
+        "https://10.0.0.1:8443/",
+        "http://0/",
+    ],
 )
 def test_it_refuses_literal_addresses_without_asking_a_resolver(policy, url):
     asked = []
@@ -216,14 +250,20 @@ def test_it_refuses_other_schemes_and_missing_hosts(policy, url):
 
 @pytest.mark.parametrize(
     ("url", "host"),
-    [("http://%31%32%37.0.0.1/", "127.0.0.1"), ("http://LocalHost:80/", "localhost"),
-     ("http://bücher.example/", "xn--bcher-kva.example"), ("http://[::FFFF:7F00:1]/", "::ffff:7f00:1")],
+    [
+        ("http://%31%32%37.0.0.1/", "127.0.0.1"),
+        ("http://LocalHost:80/", "localhost"),
+        ("http://bücher.example/", "xn--bcher-kva.example"),
+        ("http://[::FFFF:7F00:1]/", "::ffff:7f00:1"),
+    ],
 )
 def test_the_edge_judges_the_host_the_client_will_connect_to(url, host):
     assert client_host(url) == host
 
 
-@pytest.mark.parametrize("url", ["http://１２７.０.０.１/", "http://127。0。0。1/", "http://*.example/", "http://[::1/"])
+@pytest.mark.parametrize(
+    "url", ["http://１２７.０.０.１/", "http://127。0。0。1/", "http://*.example/", "http://[::1/"]
+)
 def test_hosts_the_client_cannot_encode_are_invalid(url):
     with pytest.raises(ValueError):
         client_host(url)
@@ -236,6 +276,7 @@ def test_a_name_literal_is_not_judged_at_submission(policy):
 
 
 # --- The allowlist --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("entry", "rule"),
@@ -260,9 +301,24 @@ def test_it_parses_allowlist_entries(entry, rule):
 
 
 @pytest.mark.parametrize(
-    "entry", ["", "  ", "http://example.com", "example.com:0", "example.com:70000", "example.com:http",
-              "[::1", "[::1]8000", "[fe80::1]:x", "1.2.3.4:80:90", "*.", "a*.example", "example.com/path", "user@example.com",
-              "exa mple.com"],
+    "entry",
+    [
+        "",
+        "  ",
+        "http://example.com",
+        "example.com:0",
+        "example.com:70000",
+        "example.com:http",
+        "[::1",
+        "[::1]8000",
+        "[fe80::1]:x",
+        "1.2.3.4:80:90",
+        "*.",
+        "a*.example",
+        "example.com/path",
+        "user@example.com",
+        "exa mple.com",
+    ],
 )
 def test_it_refuses_malformed_allowlist_entries(entry):
     with pytest.raises(ValueError):

@@ -47,8 +47,11 @@ def timed(request: HttpRequest, **kwargs):
 
 # --- Time: one deadline for the whole attempt -----------------------------------------------
 
+
 @pytest.mark.parametrize(
-    "behaviour", [header_drip(0.05), body_drip, silent], ids=["header-drip", "body-drip", "hung"],
+    "behaviour",
+    [header_drip(0.05), body_drip, silent],
+    ids=["header-drip", "body-drip", "hung"],
 )
 def test_a_slow_or_hung_target_ends_in_timeout_at_the_deadline(behaviour):
     with listening("127.0.0.1", behaviour) as server:
@@ -75,11 +78,14 @@ def test_a_hung_resolver_ends_in_timeout_at_the_deadline():
 
 # --- Response headers: counted and sized ----------------------------------------------------
 
+
 def test_a_flood_of_headers_is_refused_quickly():
     with listening("127.0.0.1", many_headers(5000)) as server:
         outcome, elapsed = timed(get(server.url(), timeout_ms=5000))
     assert (outcome.error_kind, outcome.error_message) == (
-        ErrorKind.NETWORK_ERROR, "the response has more than 100 headers")
+        ErrorKind.NETWORK_ERROR,
+        "the response has more than 100 headers",
+    )
     assert elapsed < 1
 
 
@@ -115,6 +121,7 @@ def test_endless_interim_responses_are_refused():
 
 
 # --- Response bodies: read up to the cap after decompression, only the snippet kept ---------
+
 
 def _peak_memory(request: HttpRequest):
     tracemalloc.start()
@@ -190,6 +197,7 @@ def test_a_small_body_is_complete_and_not_truncated(http_target):
 
 # --- Other tenants never wait for a hostile target ------------------------------------------
 
+
 def _submit(tenant_id: str, url: str, *, timeout_ms: int = 3000, due_at: datetime | None = None) -> ServiceCall:
     data = {"name": f"{tenant_id} call", "requestSpec": {"method": "GET", "url": url, "timeoutMs": timeout_ms}}
     if due_at is not None:
@@ -209,8 +217,11 @@ def test_hostile_targets_of_one_tenant_never_delay_another_tenants_call(world, h
         hostile = []
         for _ in range(3):
             hostile += [
-                _submit("globex", drip.url()), _submit("globex", hung.url()), _submit("globex", flood.url()),
-                _submit("globex", gzip_stream.url()), _submit("globex", gzip_bomb.url()),
+                _submit("globex", drip.url()),
+                _submit("globex", hung.url()),
+                _submit("globex", flood.url()),
+                _submit("globex", gzip_stream.url()),
+                _submit("globex", gzip_bomb.url()),
                 _submit("globex", http_target.url("/drip")),
             ]
         # Due while every hostile attempt is still in flight (their deadline is 3 s).

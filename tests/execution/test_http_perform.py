@@ -61,8 +61,7 @@ def test_a_non_2xx_response_is_an_http_error_with_its_status(http_target):
 
 
 def test_it_sends_the_body_and_headers_as_given(http_target):
-    outcome = perform(get(http_target.url("/echo"), method="POST", headers={"X-Trace": "t-1"},
-                          body={"a": [1, 2]}))
+    outcome = perform(get(http_target.url("/echo"), method="POST", headers={"X-Trace": "t-1"}, body={"a": [1, 2]}))
     assert outcome.succeeded
     sent = http_target.requests[-1]
     assert sent["body"] == '{"a":[1,2]}'
@@ -85,17 +84,31 @@ def test_it_keeps_the_host_name_in_the_host_header_while_connecting_to_the_check
 
 
 def test_a_redirect_is_returned_not_followed():
-    with listening("127.0.0.1", respond()) as elsewhere:
-        with listening("127.0.0.1", redirect_to(elsewhere.url("/next"))) as server:
-            outcome = perform(get(server.url("/start")))
+    with (
+        listening("127.0.0.1", respond()) as elsewhere,
+        listening("127.0.0.1", redirect_to(elsewhere.url("/next"))) as server,
+    ):
+        outcome = perform(get(server.url("/start")))
     assert (outcome.error_kind, outcome.status) == (ErrorKind.HTTP_ERROR, 302)
     assert outcome.headers["Location"] == elsewhere.url("/next")
     assert elsewhere.connections == 0
 
 
 @pytest.mark.parametrize(
-    "name", ["Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "TE", "Trailer",
-             "Upgrade", "Proxy-Authorization", "Proxy-Connection", "proxy-anything"],
+    "name",
+    [
+        "Host",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "TE",
+        "Trailer",
+        "Upgrade",
+        "Proxy-Authorization",
+        "Proxy-Connection",
+        "proxy-anything",
+    ],
 )
 def test_it_refuses_hop_by_hop_and_agent_owned_headers_without_sending(name):
     with listening("127.0.0.1", respond()) as server:
@@ -123,6 +136,7 @@ def test_secret_values_echoed_by_the_target_are_scrubbed_from_the_snippet(http_t
 
 
 # --- Short, human error messages ------------------------------------------------------------
+
 
 def _assert_short(message: str) -> None:
     assert len(message) <= 120, message
@@ -175,6 +189,7 @@ def test_error_messages_never_carry_secret_values():
 
 # --- TLS: the server name is the URL's, the address the checked one ----------------------------
 
+
 @pytest.fixture
 def tls_server():
     """A TLS server on 127.0.0.1 with a self-signed certificate for secure.example.test,
@@ -183,8 +198,12 @@ def tls_server():
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "secure.example.test")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName("secure.example.test")]), critical=False)
         .sign(key, hashes.SHA256())
@@ -194,8 +213,9 @@ def tls_server():
 
     directory = Path(tempfile.mkdtemp())
     (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "key.pem").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
     names: list[str | None] = []

@@ -121,11 +121,13 @@ def listening(host: str, behaviour: Behaviour, port: int = 0) -> Iterator[Listen
 
 # --- Behaviours ---------------------------------------------------------------------------
 
+
 def respond(status: str = "200 OK", body: bytes = b"ok", headers: list[tuple[str, str]] | None = None) -> Behaviour:
     def behaviour(conn: socket.socket, head: bytes, listener: Listener) -> None:
         lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", "Connection: close"]
         lines += [f"{k}: {v}" for k, v in headers or []]
         conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+
     return behaviour
 
 
@@ -140,11 +142,13 @@ def silent(conn: socket.socket, head: bytes, listener: Listener) -> None:
 
 def header_drip(interval: float = 0.05) -> Behaviour:
     """A status line, then one header byte at a time, forever."""
+
     def behaviour(conn: socket.socket, head: bytes, listener: Listener) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\nX-Drip: ")
         while not listener.stopped.is_set():
             conn.sendall(b"a")
             time.sleep(interval)
+
     return behaviour
 
 
@@ -153,6 +157,7 @@ def many_headers(count: int) -> Behaviour:
         lines = ["HTTP/1.1 200 OK", "Content-Length: 2", "Connection: close"]
         lines += [f"X-H{i}: v" for i in range(count)]
         conn.sendall(("\r\n".join(lines) + "\r\n\r\nok").encode())
+
     return behaviour
 
 
@@ -162,6 +167,7 @@ def big_headers(count: int, size: int) -> Behaviour:
         for i in range(count):
             conn.sendall(f"X-Big{i}: ".encode() + b"b" * size + b"\r\n")
         conn.sendall(b"\r\nok")
+
     return behaviour
 
 

@@ -46,6 +46,7 @@ class Acme:
 @pytest.fixture
 def acme(transactional_db, world, http_target) -> Acme:
     """Two acme calls (one run for real: attempt, events, timer; one scheduled), a globex call."""
+
     def submit(tenant: str, name: str, url: str, **extra) -> ServiceCall:
         tag = ACME_TAG if tenant == "acme" else "globex-tag"
         data = {"name": name, "requestSpec": {"method": "GET", "url": url}, "tags": [tag], **extra}
@@ -78,12 +79,24 @@ def _outsider(kind: str, world) -> Client:
 def _write_data(route: Route, acme: Acme, world) -> tuple[dict, str | None]:
     """A body aiming at acme: JSON for the API, form fields for pages and the admin."""
     if route.is_api:
-        return {"tags": ["pwned"], "name": "pwned", "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/"},
-                "tenantId": "acme"}, "application/json"
+        return {
+            "tags": ["pwned"],
+            "name": "pwned",
+            "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/"},
+            "tenantId": "acme",
+        }, "application/json"
     return {
-        "tenant": "acme", "tenant_id": "acme", "tags": "pwned", "favorite": "true", "post": "yes",
-        "user": str(world.outsider.pk), "role": Membership.Role.OWNER, "label": "pwned", "name": "pwned",
-        "action": "run_again", "_selected_action": [str(acme.objects.call)],
+        "tenant": "acme",
+        "tenant_id": "acme",
+        "tags": "pwned",
+        "favorite": "true",
+        "post": "yes",
+        "user": str(world.outsider.pk),
+        "role": Membership.Role.OWNER,
+        "label": "pwned",
+        "name": "pwned",
+        "action": "run_again",
+        "_selected_action": [str(acme.objects.call)],
         "index": "0",
     }, None
 
@@ -142,8 +155,11 @@ def test_outsiders_get_nothing_of_acme_from_any_route(kind, acme, world):
                 response = getattr(client, method)(path)
             requested += 1
             status = response.status_code
-            text = response.content.decode(errors="replace") + "\n" + "\n".join(
-                f"{k}: {v}" for k, v in response.items() if k.lower() != "location")
+            text = (
+                response.content.decode(errors="replace")
+                + "\n"
+                + "\n".join(f"{k}: {v}" for k, v in response.items() if k.lower() != "location")
+            )
             where = f"{method.upper()} {path} -> {status}"
             if status >= 500 and not (path == "/healthz" and status == 503):  # 503: no worker runs here
                 problems.append(f"{where}: server error")
@@ -151,9 +167,9 @@ def test_outsiders_get_nothing_of_acme_from_any_route(kind, acme, world):
                 problems.append(f"{where}: shows {leaked}")
             if object_route and status not in OBJECT_STATUSES:
                 problems.append(f"{where}: an acme object's route must answer 404/403/302")
-            if route.is_api and "tenant_id" in route.params and kind != "anonymous":
-                if status != 404 and not (method != "get" and status == 405):
-                    problems.append(f"{where}: another tenant's API path must answer 404")
+            foreign_api_path = route.is_api and "tenant_id" in route.params and kind != "anonymous"
+            if foreign_api_path and status != 404 and not (method != "get" and status == 405):
+                problems.append(f"{where}: another tenant's API path must answer 404")
     assert requested > 150
     assert _acme_state() == before, "an outsider changed acme's data"
     assert not problems, f"{kind}:\n" + "\n".join(problems)

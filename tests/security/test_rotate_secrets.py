@@ -59,7 +59,8 @@ def test_it_re_encrypts_every_sealed_value_under_the_first_key(world, settings):
     # The old key can now be dropped.
     settings.FIELD_ENCRYPTION_KEYS = [NEW]
     assert unseal_headers(ServiceCall.objects.get(pk=first.pk).request_spec["headers"])["Authorization"] == (
-        "Bearer one-111")
+        "Bearer one-111"
+    )
 
 
 def test_a_second_run_leaves_values_already_under_the_first_key(world, settings):
@@ -113,14 +114,18 @@ def test_it_works_in_small_batches(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
     assert "Examined 5 calls; re-encrypted the secrets of 5." in _run("--batch-size", "2")
     assert [Fernet(NEW.encode()).decrypt(_token(c, "X-Api-Key")) for c in calls] == [
-        f"key-{i}-000".encode() for i in range(5)]
+        f"key-{i}-000".encode() for i in range(5)
+    ]
 
 
 def test_its_help_describes_the_procedure():
     result = subprocess.run(
-        [sys.executable, "manage.py", "rotate_secrets", "--help"], capture_output=True, text=True,
-        cwd=Path(django_settings.BASE_DIR), env={"DJANGO_SETTINGS_MODULE": "eventservice.settings_test",
-                                                 "PATH": "/usr/bin:/bin"}, timeout=60,
+        [sys.executable, "manage.py", "rotate_secrets", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=Path(django_settings.BASE_DIR),
+        env={"DJANGO_SETTINGS_MODULE": "eventservice.settings_test", "PATH": "/usr/bin:/bin"},
+        timeout=60,
     )
     assert result.returncode == 0, result.stderr
     assert "FIELD_ENCRYPTION_KEYS" in result.stdout and "--dry-run" in result.stdout

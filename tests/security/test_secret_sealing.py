@@ -25,8 +25,20 @@ KEY_B = Fernet.generate_key().decode()
 
 @pytest.mark.parametrize(
     "name",
-    ["Authorization", "authorization", "Proxy-Authorization", "Cookie", "Set-Cookie", "X-Api-Key", "Api-Key",
-     "X-Auth-Token", "X-CSRF-Token", "Client-Secret", "X-Db-Password", "PASSWORD"],
+    [
+        "Authorization",
+        "authorization",
+        "Proxy-Authorization",
+        "Cookie",
+        "Set-Cookie",
+        "X-Api-Key",
+        "Api-Key",
+        "X-Auth-Token",
+        "X-CSRF-Token",
+        "Client-Secret",
+        "X-Db-Password",
+        "PASSWORD",
+    ],
 )
 def test_authorization_cookies_and_key_like_names_are_secret(name):
     assert is_secret_header(name)
@@ -84,8 +96,16 @@ def test_redaction_hides_secret_names_and_sealed_values():
 
 def test_a_submitted_call_stores_only_sealed_values(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [KEY_A]
-    submission = validate_submission({"name": "n", "requestSpec": {
-        "method": "GET", "url": "http://127.0.0.1:9/", "headers": {"Authorization": "Bearer tok-777", "X-A": "1"}}})
+    submission = validate_submission(
+        {
+            "name": "n",
+            "requestSpec": {
+                "method": "GET",
+                "url": "http://127.0.0.1:9/",
+                "headers": {"Authorization": "Bearer tok-777", "X-A": "1"},
+            },
+        }
+    )
     call, _ = service_call_submit(tenant_id="acme", submission=submission, correlation_id="c")
     stored = ServiceCall.objects.get(pk=call.pk).request_spec["headers"]
     assert stored["X-A"] == "1"

@@ -52,8 +52,19 @@ class _Capture(logging.Handler):
 @pytest.fixture
 def captured_logs():
     handler = _Capture()
-    names = ["", "django", "django_q", "serviceagent", "serviceagent.events", "orchestration", "execution",
-             "outbox", "workers", "timer", "eventservice"]
+    names = [
+        "",
+        "django",
+        "django_q",
+        "serviceagent",
+        "serviceagent.events",
+        "orchestration",
+        "execution",
+        "outbox",
+        "workers",
+        "timer",
+        "eventservice",
+    ]
     loggers = [logging.getLogger(name) for name in names]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -66,8 +77,11 @@ def captured_logs():
 
 
 def _leaks(text: str) -> list[str]:
-    return [value for value in SECRETS.values() if value in text or value.split("=")[-1] in text
-            or value.removeprefix("Bearer ") in text]
+    return [
+        value
+        for value in SECRETS.values()
+        if value in text or value.split("=")[-1] in text or value.removeprefix("Bearer ") in text
+    ]
 
 
 def _api(key: str) -> Client:
@@ -115,9 +129,13 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     api = _api(world.acme_key)
     headers = {**SECRETS, "X-Visible": "plain-value-1"}
     response = api.post(
-        "/api/tenants/acme/service-calls", content_type="application/json",
-        data={"name": "secret call", "requestSpec": {"method": "POST", "url": http_target.url("/echo"),
-                                                     "headers": headers, "body": {"x": 1}}, "tags": ["s"]},
+        "/api/tenants/acme/service-calls",
+        content_type="application/json",
+        data={
+            "name": "secret call",
+            "requestSpec": {"method": "POST", "url": http_target.url("/echo"), "headers": headers, "body": {"x": 1}},
+            "tags": ["s"],
+        },
     )
     assert response.status_code == 202, response.content
     call_id = response.json()["serviceCallId"]
@@ -139,8 +157,12 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
 
     # What the API shows.
     shown = [response.content.decode(), rerun.content.decode()]
-    for path in (f"/api/tenants/acme/service-calls/{call_id}", f"/api/tenants/acme/service-calls/{rerun_id}",
-                 "/api/tenants/acme/service-calls", "/api/tenants/acme/events?limit=200"):
+    for path in (
+        f"/api/tenants/acme/service-calls/{call_id}",
+        f"/api/tenants/acme/service-calls/{rerun_id}",
+        "/api/tenants/acme/service-calls",
+        "/api/tenants/acme/events?limit=200",
+    ):
         got = api.get(path)
         assert got.status_code == 200, path
         shown.append(got.content.decode())

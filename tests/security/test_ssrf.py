@@ -66,12 +66,24 @@ VARIANTS = [
     Variant("https", "https://127.0.0.1:{p}/", "literal"),
     Variant("localhost", "http://localhost:{p}/", "name"),
     Variant("localhost-upper", "http://LOCALHOST:{p}/", "name"),
-    Variant("name-to-loopback", "http://internal.example.test:{p}/", "name",
-            resolver={"internal.example.test": ["127.0.0.1"]}),
-    Variant("name-to-mapped", "http://mapped.example.test:{p}/", "name",
-            resolver={"mapped.example.test": ["::ffff:127.0.0.1"]}),
-    Variant("name-to-allowed-and-loopback", "http://split.example.test:{p}/", "name",
-            resolver={"split.example.test": ["127.0.0.2", "127.0.0.1"]}),
+    Variant(
+        "name-to-loopback",
+        "http://internal.example.test:{p}/",
+        "name",
+        resolver={"internal.example.test": ["127.0.0.1"]},
+    ),
+    Variant(
+        "name-to-mapped",
+        "http://mapped.example.test:{p}/",
+        "name",
+        resolver={"mapped.example.test": ["::ffff:127.0.0.1"]},
+    ),
+    Variant(
+        "name-to-allowed-and-loopback",
+        "http://split.example.test:{p}/",
+        "name",
+        resolver={"split.example.test": ["127.0.0.2", "127.0.0.1"]},
+    ),
     Variant("allowed-name-as-userinfo", "http://allowed.test@127.0.0.1:{p}/", "credentials"),
     Variant("allowed-name-as-password", "http://allowed.test:80@127.0.0.1:{p}/", "credentials"),
     Variant("allowed-name-after-fragment", "http://127.0.0.1:{p}#@allowed.test/", "literal"),
@@ -108,8 +120,7 @@ def _edge(url: str) -> dict[str, list[str]] | None:
 
 
 def _send(variant: Variant, url: str):
-    return perform(HttpRequest(method="GET", url=url, headers={}, body=None, timeout_ms=3000),
-                   policy=_policy(variant))
+    return perform(HttpRequest(method="GET", url=url, headers={}, body=None, timeout_ms=3000), policy=_policy(variant))
 
 
 def test_there_are_at_least_25_variants():
@@ -166,8 +177,10 @@ def test_a_rebinding_name_connects_to_the_address_that_was_checked(listeners):
         answers.append(host)
         return ["127.0.0.2"] if len(answers) == 1 else ["127.0.0.1"]
 
-    with override_settings(EGRESS_ALLOWLIST=REFUSING, AGENT_BASE_URL=NOT_THE_AGENT), \
-            listening("127.0.0.2", respond(body=b"checked"), port=v4.port) as checked:
+    with (
+        override_settings(EGRESS_ALLOWLIST=REFUSING, AGENT_BASE_URL=NOT_THE_AGENT),
+        listening("127.0.0.2", respond(body=b"checked"), port=v4.port) as checked,
+    ):
         policy = EgressPolicy.from_settings()
         policy.resolver = rebinding
         first = perform(HttpRequest("GET", f"http://rebind.example.test:{v4.port}/", {}, None, 3000), policy=policy)
@@ -181,8 +194,10 @@ def test_a_rebinding_name_connects_to_the_address_that_was_checked(listeners):
 
 def test_a_redirect_from_an_allowed_host_to_the_listener_is_not_followed(listeners):
     v4, _ = listeners
-    with override_settings(EGRESS_ALLOWLIST=REFUSING, AGENT_BASE_URL=NOT_THE_AGENT), \
-            listening("127.0.0.2", redirect_to(f"http://127.0.0.1:{v4.port}/")) as allowed:
+    with (
+        override_settings(EGRESS_ALLOWLIST=REFUSING, AGENT_BASE_URL=NOT_THE_AGENT),
+        listening("127.0.0.2", redirect_to(f"http://127.0.0.1:{v4.port}/")) as allowed,
+    ):
         outcome = perform(HttpRequest("GET", allowed.url("/"), {}, None, 3000))
     assert (outcome.error_kind, outcome.status) == (ErrorKind.HTTP_ERROR, 302)
     assert outcome.headers["Location"] == f"http://127.0.0.1:{v4.port}/"
@@ -198,8 +213,10 @@ def test_proxy_variables_are_ignored(listeners, monkeypatch):
         monkeypatch.setenv(name, v4.url())
     for name in ("NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    with override_settings(EGRESS_ALLOWLIST=REFUSING, AGENT_BASE_URL=NOT_THE_AGENT), \
-            listening("127.0.0.2", respond(body=b"direct")) as allowed:
+    with (
+        override_settings(EGRESS_ALLOWLIST=REFUSING, AGENT_BASE_URL=NOT_THE_AGENT),
+        listening("127.0.0.2", respond(body=b"direct")) as allowed,
+    ):
         direct = perform(HttpRequest("GET", allowed.url("/"), {}, None, 3000))
         https = perform(HttpRequest("GET", f"https://127.0.0.2:{allowed.port}/", {}, None, 3000))
         refused = perform(HttpRequest("GET", v4.url("/"), {}, None, 3000))
@@ -278,7 +295,9 @@ def test_a_literal_refused_at_the_edge_names_the_policy(settings):
     settings.EGRESS_ALLOWLIST = []
     settings.AGENT_BASE_URL = NOT_THE_AGENT
     errors = _edge("http://169.254.169.254/latest/meta-data/")
-    assert errors == {"requestSpec.url": [
-        "The URL is refused by the egress policy: the URL points to 169.254.169.254, a metadata address, "
-        "not in EGRESS_ALLOWLIST."
-    ]}
+    assert errors == {
+        "requestSpec.url": [
+            "The URL is refused by the egress policy: the URL points to 169.254.169.254, a metadata address, "
+            "not in EGRESS_ALLOWLIST."
+        ]
+    }

@@ -59,6 +59,7 @@ def test_it_refuses_unknown_fields():
 
 # --- name -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["x", "a" * 200, "  padded  ", "Ünïcødé ✓", "tab\u00a0nbsp"])
 def test_it_accepts_names_of_1_to_200_characters(name):
     assert validate_submission(payload(name=name)).name == name.strip()
@@ -66,18 +67,24 @@ def test_it_accepts_names_of_1_to_200_characters(name):
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [(None, "A name is required."), ("", "A name is required."), ("   ", "A name is required."),
-     (5, "A name is required."), ("a" * 201, "The name must be at most 200 characters."),
-     ("line\nbreak", "The name must not contain control characters."),
-     ("nul\x00", "The name must not contain control characters."),
-     ("del\x7f", "The name must not contain control characters."),
-     ("surrogate\ud800", "The name must not contain control characters.")],
+    [
+        (None, "A name is required."),
+        ("", "A name is required."),
+        ("   ", "A name is required."),
+        (5, "A name is required."),
+        ("a" * 201, "The name must be at most 200 characters."),
+        ("line\nbreak", "The name must not contain control characters."),
+        ("nul\x00", "The name must not contain control characters."),
+        ("del\x7f", "The name must not contain control characters."),
+        ("surrogate\ud800", "The name must not contain control characters."),
+    ],
 )
 def test_it_refuses_bad_names(name, message):
     assert errors_of(payload(name=name))["name"] == [message]
 
 
 # --- method ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("method", ["GET", "POST", "PUT", "PATCH", "DELETE", "get", "Post"])
 def test_it_accepts_the_five_methods_in_any_case(method):
@@ -91,12 +98,20 @@ def test_it_refuses_other_methods(method):
 
 # --- url ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "url",
-    ["http://example.com", "https://example.com:8443/a/b?c=d#frag", "http://sub.example.co.uk/",
-     "http://8.8.8.8/", "http://[2606:4700:4700::1111]/", "https://bücher.example/",
-     "http://under_score.example/", "http://example.com./",
-     "https://example.com/" + "p" * (2048 - len("https://example.com/"))],
+    [
+        "http://example.com",
+        "https://example.com:8443/a/b?c=d#frag",
+        "http://sub.example.co.uk/",
+        "http://8.8.8.8/",
+        "http://[2606:4700:4700::1111]/",
+        "https://bücher.example/",
+        "http://under_score.example/",
+        "http://example.com./",
+        "https://example.com/" + "p" * (2048 - len("https://example.com/")),
+    ],
 )
 def test_it_accepts_absolute_http_urls_up_to_2048_characters(url):
     assert validate_submission(payload(spec={"url": url})).url == url
@@ -105,19 +120,34 @@ def test_it_accepts_absolute_http_urls_up_to_2048_characters(url):
 @pytest.mark.parametrize(
     ("url", "fragment"),
     [
-        (None, "required"), ("", "required"), (42, "required"),
+        (None, "required"),
+        ("", "required"),
+        (42, "required"),
         ("https://example.com/" + "p" * (2049 - len("https://example.com/")), "longer than 2048"),
-        ("/relative/path", "absolute"), ("example.com/path", "absolute"), ("ftp://example.com/", "absolute"),
-        ("file:///etc/passwd", "absolute"), ("javascript:alert(1)", "absolute"), ("gopher://x/", "absolute"),
-        ("http://", "name a host"), ("http:///path", "name a host"),
-        ("http://exa mple.com/", "whitespace"), ("http://example.com/\r\nHost: evil", "whitespace"),
-        ("http://example.com/\x00", "control"), ("http://example.com\\@127.0.0.1/", "backslash"),
-        ("http://user:pw@example.com/", "credentials"), ("http://user@example.com/", "credentials"),
-        ("http://example.com:0/", "port"), ("http://example.com:65536/", "malformed"),
-        ("http://example.com:port/", "malformed"), ("http://[::1/", "malformed"),
-        ("http://-bad-.example/", "not a valid host"), ("http://a..b/", "not a valid host"),
-        ("http://*.example.com/", "not valid"), ("http://１２７.０.０.１/", "not valid"),
-        ("http://" + "a" * 254 + "/", "not a valid host"), ("http://ex%ample.com/", "not valid"),
+        ("/relative/path", "absolute"),
+        ("example.com/path", "absolute"),
+        ("ftp://example.com/", "absolute"),
+        ("file:///etc/passwd", "absolute"),
+        ("javascript:alert(1)", "absolute"),
+        ("gopher://x/", "absolute"),
+        ("http://", "name a host"),
+        ("http:///path", "name a host"),
+        ("http://exa mple.com/", "whitespace"),
+        ("http://example.com/\r\nHost: evil", "whitespace"),
+        ("http://example.com/\x00", "control"),
+        ("http://example.com\\@127.0.0.1/", "backslash"),
+        ("http://user:pw@example.com/", "credentials"),
+        ("http://user@example.com/", "credentials"),
+        ("http://example.com:0/", "port"),
+        ("http://example.com:65536/", "malformed"),
+        ("http://example.com:port/", "malformed"),
+        ("http://[::1/", "malformed"),
+        ("http://-bad-.example/", "not a valid host"),
+        ("http://a..b/", "not a valid host"),
+        ("http://*.example.com/", "not valid"),
+        ("http://１２７.０.０.１/", "not valid"),
+        ("http://" + "a" * 254 + "/", "not a valid host"),
+        ("http://ex%ample.com/", "not valid"),
         ("http://ex\ud800ample.com/", "Unicode"),
     ],
 )
@@ -128,8 +158,17 @@ def test_it_refuses_bad_urls(url, fragment):
 
 @pytest.mark.parametrize(
     "url",
-    ["http://10.0.0.1/", "http://169.254.169.254/latest/meta-data/", "http://100.64.0.1/", "http://[fd00::1]/",
-     "http://0xa9fea9fe/", "http://2852039166/", "http://[::ffff:192.168.0.1]/", "http://0/", "http://[::]/"],
+    [
+        "http://10.0.0.1/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://100.64.0.1/",
+        "http://[fd00::1]/",
+        "http://0xa9fea9fe/",
+        "http://2852039166/",
+        "http://[::ffff:192.168.0.1]/",
+        "http://0/",
+        "http://[::]/",
+    ],
 )
 def test_it_refuses_an_ip_literal_the_egress_policy_refuses(url, settings):
     settings.EGRESS_ALLOWLIST = []
@@ -154,6 +193,7 @@ def test_a_host_name_is_not_judged_at_submission(settings):
 
 # --- headers --------------------------------------------------------------------------------
 
+
 def test_it_accepts_up_to_50_token_named_headers():
     headers = {f"X-H{i}": f"v{i}" for i in range(50)}
     assert validate_submission(payload(spec={"headers": headers})).headers == headers
@@ -166,8 +206,20 @@ def test_it_refuses_more_than_50_headers():
 
 @pytest.mark.parametrize(
     "name",
-    ["", "Bad Name", "Bad:Name", "Bad\nName", "X-Trailing\n", "Ümlaut", "(comment)", "a/b", "a@b", "[x]",
-     "X-Tab\t", "\x00"],
+    [
+        "",
+        "Bad Name",
+        "Bad:Name",
+        "Bad\nName",
+        "X-Trailing\n",
+        "Ümlaut",
+        "(comment)",
+        "a/b",
+        "a@b",
+        "[x]",
+        "X-Tab\t",
+        "\x00",
+    ],
 )
 def test_it_refuses_header_names_that_are_not_tokens(name):
     [message] = errors_of(payload(spec={"headers": {name: "v"}}))["requestSpec.headers"]
@@ -176,8 +228,22 @@ def test_it_refuses_header_names_that_are_not_tokens(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["Host", "host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "TE", "Trailer",
-     "Trailers", "Upgrade", "Proxy-Authorization", "Proxy-Connection", "Proxy-Authenticate", "proxy-x"],
+    [
+        "Host",
+        "host",
+        "Content-Length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "TE",
+        "Trailer",
+        "Trailers",
+        "Upgrade",
+        "Proxy-Authorization",
+        "Proxy-Connection",
+        "Proxy-Authenticate",
+        "proxy-x",
+    ],
 )
 def test_it_refuses_hop_by_hop_and_agent_owned_headers(name):
     [message] = errors_of(payload(spec={"headers": {name: "v"}}))["requestSpec.headers"]
@@ -186,9 +252,19 @@ def test_it_refuses_hop_by_hop_and_agent_owned_headers(name):
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("a\r\nInjected: yes", "CR, LF or NUL"), ("a\nb", "CR, LF or NUL"), ("a\rb", "CR, LF or NUL"),
-     ("a\x00b", "CR, LF or NUL"), ("a\x01b", "control"), ("a\x7fb", "control"), ("snow ☃", "Latin-1"),
-     ("x" * 8193, "longer than 8192"), (5, "string value"), (None, "string value"), (["a"], "string value")],
+    [
+        ("a\r\nInjected: yes", "CR, LF or NUL"),
+        ("a\nb", "CR, LF or NUL"),
+        ("a\rb", "CR, LF or NUL"),
+        ("a\x00b", "CR, LF or NUL"),
+        ("a\x01b", "control"),
+        ("a\x7fb", "control"),
+        ("snow ☃", "Latin-1"),
+        ("x" * 8193, "longer than 8192"),
+        (5, "string value"),
+        (None, "string value"),
+        (["a"], "string value"),
+    ],
 )
 def test_it_refuses_header_values_with_cr_lf_or_control_characters(value, fragment):
     [message] = errors_of(payload(spec={"headers": {"X-Value": value}}))["requestSpec.headers"]
@@ -218,15 +294,18 @@ def test_null_headers_mean_none():
 
 # --- body -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
-    "body", ["", "plain text", {"a": [1, 2, {"b": None}]}, [1, "two"], 3.5, 0, True, False, "x" * MAX_BODY_BYTES],
+    "body",
+    ["", "plain text", {"a": [1, 2, {"b": None}]}, [1, "two"], 3.5, 0, True, False, "x" * MAX_BODY_BYTES],
 )
 def test_it_accepts_a_string_or_any_json_value_up_to_256_kib(body):
     assert validate_submission(payload(spec={"method": "POST", "body": body})).body == body
 
 
 @pytest.mark.parametrize(
-    "body", ["x" * (MAX_BODY_BYTES + 1), "é" * (MAX_BODY_BYTES // 2 + 1), {"k": "x" * MAX_BODY_BYTES}],
+    "body",
+    ["x" * (MAX_BODY_BYTES + 1), "é" * (MAX_BODY_BYTES // 2 + 1), {"k": "x" * MAX_BODY_BYTES}],
 )
 def test_it_refuses_a_body_over_256_kib_counted_in_bytes(body):
     assert errors_of(payload(spec={"method": "POST", "body": body}))["requestSpec.body"] == [
@@ -241,6 +320,7 @@ def test_it_refuses_a_body_that_is_not_text_or_json(body):
 
 # --- timeoutMs ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("timeout", [1, 30_000, 120_000])
 def test_it_accepts_timeouts_from_1_to_120000_ms(timeout):
     assert validate_submission(payload(spec={"timeoutMs": timeout})).timeout_ms == timeout
@@ -253,6 +333,7 @@ def test_it_refuses_other_timeouts(timeout):
 
 # --- tags -----------------------------------------------------------------------------------
 
+
 def test_it_accepts_up_to_20_tags_of_1_to_64_characters_deduplicated():
     tags = [f"t{i}" for i in range(19)] + ["x" * 64, "t0"]
     assert validate_submission(payload(tags=tags)).tags == [f"t{i}" for i in range(19)] + ["x" * 64]
@@ -263,8 +344,21 @@ def test_it_refuses_more_than_20_distinct_tags():
 
 
 @pytest.mark.parametrize(
-    "tag", ["", "x" * 65, "two words", "tab\there", "new\nline", "trailing\n", "nbsp\u00a0x", "\x00", 5, None, ["a"],
-            "lone\ud800"],
+    "tag",
+    [
+        "",
+        "x" * 65,
+        "two words",
+        "tab\there",
+        "new\nline",
+        "trailing\n",
+        "nbsp\u00a0x",
+        "\x00",
+        5,
+        None,
+        ["a"],
+        "lone\ud800",
+    ],
 )
 def test_it_refuses_tags_that_are_empty_long_or_contain_whitespace(tag):
     assert "tags" in errors_of(payload(tags=[tag]))
@@ -290,13 +384,16 @@ NOW = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("2030-03-10T13:00:00Z", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
-     ("2030-03-10T13:00:00z", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
-     ("2030-03-10T15:00:00+02:00", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
-     ("2030-03-10T13:00:00.123456-05:30", datetime(2030, 3, 10, 18, 30, 0, 123456, tzinfo=UTC)),
-     ("2031-03-10T12:00:00Z", datetime(2031, 3, 10, 12, 0, tzinfo=UTC)),  # exactly one year ahead
-     ("2001-01-01T00:00:00Z", datetime(2001, 1, 1, tzinfo=UTC)),  # past: runs now
-     ("", None), (None, None)],
+    [
+        ("2030-03-10T13:00:00Z", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
+        ("2030-03-10T13:00:00z", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
+        ("2030-03-10T15:00:00+02:00", datetime(2030, 3, 10, 13, 0, tzinfo=UTC)),
+        ("2030-03-10T13:00:00.123456-05:30", datetime(2030, 3, 10, 18, 30, 0, 123456, tzinfo=UTC)),
+        ("2031-03-10T12:00:00Z", datetime(2031, 3, 10, 12, 0, tzinfo=UTC)),  # exactly one year ahead
+        ("2001-01-01T00:00:00Z", datetime(2001, 1, 1, tzinfo=UTC)),  # past: runs now
+        ("", None),
+        (None, None),
+    ],
 )
 def test_it_reads_due_times_with_a_zone_up_to_one_year_ahead(value, expected):
     assert parse_due_at(value, now=NOW) == expected
@@ -304,10 +401,18 @@ def test_it_reads_due_times_with_a_zone_up_to_one_year_ahead(value, expected):
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("2030-03-10T13:00:00", "time zone"), ("2030-03-10", "time zone"), ("tomorrow", "not a valid"),
-     ("2030-13-01T00:00:00Z", "not a valid"), ("2030-02-30T00:00:00Z", "not a valid"),
-     ("2031-03-10T12:00:00.001Z", "one year"), ("9999-12-31T23:59:59-23:59", "one year"),
-     (1234567890, "ISO 8601 string"), ({"at": 1}, "ISO 8601 string"), ("2030-03-10T13:00:00.000" + "0" * 50 + "Z", "not a valid")],
+    [
+        ("2030-03-10T13:00:00", "time zone"),
+        ("2030-03-10", "time zone"),
+        ("tomorrow", "not a valid"),
+        ("2030-13-01T00:00:00Z", "not a valid"),
+        ("2030-02-30T00:00:00Z", "not a valid"),
+        ("2031-03-10T12:00:00.001Z", "one year"),
+        ("9999-12-31T23:59:59-23:59", "one year"),
+        (1234567890, "ISO 8601 string"),
+        ({"at": 1}, "ISO 8601 string"),
+        ("2030-03-10T13:00:00.000" + "0" * 50 + "Z", "not a valid"),
+    ],
 )
 def test_it_refuses_due_times_without_a_zone_malformed_or_beyond_a_year(value, fragment):
     with pytest.raises(ValueError, match=fragment):
@@ -324,6 +429,7 @@ def test_a_due_time_beyond_a_year_is_refused_in_a_submission():
 
 
 # --- idempotency key ------------------------------------------------------------------------
+
 
 def test_it_takes_the_idempotency_key_from_the_body_or_the_header():
     assert validate_submission(payload(idempotencyKey="k-1")).idempotency_key == "k-1"

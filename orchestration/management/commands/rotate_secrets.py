@@ -17,9 +17,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--batch-size", type=int, default=500, help="Calls per transaction (default 500).")
-        parser.add_argument(
-            "--dry-run", action="store_true", help="Count what would be re-encrypted; change nothing."
-        )
+        parser.add_argument("--dry-run", action="store_true", help="Count what would be re-encrypted; change nothing.")
 
     def handle(self, *args, batch_size: int, dry_run: bool, **options) -> None:
         if batch_size < 1:
