@@ -82,6 +82,9 @@ def _respond(request: HttpRequest, payload: dict[str, Any], *, status: int = 200
     else:
         response = HttpResponse(json.dumps(payload), status=status, content_type="application/json")
     response["Cache-Control"] = "no-store"
+    # A chosen 4xx/5xx is the mock doing its job, not a server error: keep it out of
+    # django.request's error log.
+    response._has_been_logged = True
     return response
 
 
