@@ -9,8 +9,9 @@ while every other call's events flow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from datetime import timedelta
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -29,6 +30,12 @@ def backoff_seconds(attempts: int) -> float:
     return float(min(MAX_BACKOFF_SECONDS, 2 ** min(attempts, 10)))
 
 
+def _claimable(now: datetime) -> Q:
+    return (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)) & (
+        Q(locked_until__isnull=True) | Q(locked_until__lte=now)
+    )
+
+
 def _claim(limit: int) -> list[OutboxEvent]:
     with transaction.atomic():
         now = utcnow()
@@ -38,10 +45,7 @@ def _claim(limit: int) -> list[OutboxEvent]:
             .values_list("aggregate_id", flat=True)
         )
         candidates = list(
-            unpublished.filter(
-                Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now),
-                Q(locked_until__isnull=True) | Q(locked_until__lte=now),
-            )
+            unpublished.filter(_claimable(now))
             .select_for_update(skip_locked=True)
             .order_by("id")[:limit]
         )
@@ -51,9 +55,21 @@ def _claim(limit: int) -> list[OutboxEvent]:
     return claimed
 
 
-def dispatch_batch(*, limit: int = 500, sinks: Sequence[Sink] | None = None) -> int:
-    """Publish one batch; returns how many events were published."""
-    rows = _claim(limit)
+def dispatch_batch(
+    *, limit: int = 500, sinks: Sequence[Sink] | None = None,
+    write_guard: Callable[[], AbstractContextManager] = nullcontext,
+) -> int:
+    """Publish one batch; returns how many events were published.
+
+    `write_guard` wraps each of the two write transactions (not the publishing): the engine
+    passes its process-wide write gate.
+    """
+    # A plain read first: an idle dispatcher polls often, and on SQLite every write
+    # transaction takes the database's one write lock, which the timer loop may be waiting for.
+    if not OutboxEvent.objects.filter(_claimable(utcnow()), published_at__isnull=True).exists():
+        return 0
+    with write_guard():
+        rows = _claim(limit)
     if not rows:
         return 0
     sinks = configured_sinks() if sinks is None else sinks
@@ -74,7 +90,8 @@ def dispatch_batch(*, limit: int = 500, sinks: Sequence[Sink] | None = None) -> 
             }, exc_info=True)
             continue
         published.append(row.pk)
-    _settle(rows, published, failed)
+    with write_guard():
+        _settle(rows, published, failed)
     return len(published)
 
 

@@ -7,7 +7,12 @@ poll. Two feeds keep the heap current:
 - every `full_refresh`, all timers due within the horizon (catches anything the incremental
   feed could miss, e.g. ids committed out of order on PostgreSQL, or a failed fire).
 Firing is at least once: a timer leaves the table's Scheduled state only after `on_due`
-returned, and the receiver of DueTimeReached is idempotent.
+returned, and the receiver of DueTimeReached is idempotent. With `mark_interval`, fired
+timers are marked Reached in batches (at most that often, at a moment when no timer is about
+to fall due) instead of one transaction per firing: on SQLite each write transaction takes
+the one write lock, which the next due timers' start then waits for. A timer fired but not
+yet marked stays known here, so it is not fired again; after a crash it is fired again,
+harmlessly.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 
 from timer.selectors import DueTimer, timer_max_id, timers_due_before
@@ -25,6 +31,10 @@ from timer.services import timers_mark_reached
 logger = logging.getLogger(__name__)
 
 OnDue = Callable[[list[DueTimer]], None]
+
+# Fired timers not yet marked Reached are marked at once past this many, even while more
+# timers are due (memory stays bounded during a long burst).
+MARK_BACKLOG = 20_000
 
 
 class NearTermScheduler:
@@ -36,7 +46,9 @@ class NearTermScheduler:
         horizon: float = 5.0,
         full_refresh: float = 1.0,
         batch_size: int = 500,
+        mark_interval: float = 0.0,
         on_run: Callable[..., None] | None = None,
+        write_guard: Callable[[], AbstractContextManager] = nullcontext,
     ) -> None:
         self.on_due = on_due
         self.poll_interval = poll_interval
@@ -51,6 +63,11 @@ class NearTermScheduler:
         self._last_id = 0
         self._next_full = 0.0
         self._next_poll = 0.0
+        self.mark_interval = mark_interval
+        self.write_guard = write_guard
+        # Fired (on_due returned) but not yet marked Reached in the table.
+        self._fired: list[int] = []
+        self._next_mark = 0.0
 
     # -- feeding ------------------------------------------------------------------------------
     def _push(self, timers: list[DueTimer]) -> None:
@@ -92,10 +109,26 @@ class NearTermScheduler:
                 except Exception:
                     self._set_aside(timer)
         if done:
-            timers_mark_reached(ids=[timer.id for timer in done])
+            if not self._fired:
+                self._next_mark = time.monotonic() + self.mark_interval
+            self._fired.extend(timer.id for timer in done)
             for timer in done:
-                self._known.discard(timer.id)
                 self._failures.pop(timer.id, None)
+
+    def mark_reached(self) -> int:
+        """Mark the fired timers Reached in one transaction; returns how many were pending."""
+        ids, self._fired = self._fired, []
+        if not ids:
+            return 0
+        try:
+            with self.write_guard():
+                timers_mark_reached(ids=ids)
+        finally:
+            # Marked, or the marking failed and the table still says Scheduled: either way
+            # the next full refresh sees the truth (fired again at worst, which is harmless).
+            for timer_id in ids:
+                self._known.discard(timer_id)
+        return len(ids)
 
     def _set_aside(self, timer: DueTimer) -> None:
         failures = self._failures.get(timer.id, 0) + 1
@@ -130,13 +163,27 @@ class NearTermScheduler:
             try:
                 self.fire(due)
                 self._report(started, len(due))
-            except Exception as exc:  # marking reached failed: the table still says Scheduled
-                logger.exception("marking timers reached failed")
+            except Exception as exc:
+                logger.exception("firing timers failed")
                 self._report(started, 0, exc)
                 for timer in due:
                     self._known.discard(timer.id)
         next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
-        return max(0.0, min(next_due, self._next_poll - time.monotonic()))
+        if self._fired and (
+            self.mark_interval <= 0
+            or len(self._fired) >= MARK_BACKLOG
+            or (time.monotonic() >= self._next_mark and next_due > 0.005)
+        ):
+            try:
+                self.mark_reached()
+            except Exception as exc:
+                logger.exception("marking timers reached failed")
+                self._report(time.monotonic(), 0, exc)
+            next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
+        wake = self._next_poll - time.monotonic()
+        if self._fired:
+            wake = min(wake, self._next_mark - time.monotonic())
+        return max(0.0, min(next_due, wake))
 
     def _report(self, started: float, items: int, error: BaseException | None = None) -> None:
         if self.on_run is not None and (items or error):
@@ -144,7 +191,13 @@ class NearTermScheduler:
 
     def run(self, stop: threading.Event) -> None:
         self._last_id = 0
-        while not stop.is_set():
-            pause = self.step()
-            if pause > 0:
-                stop.wait(pause)
+        try:
+            while not stop.is_set():
+                pause = self.step()
+                if pause > 0:
+                    stop.wait(pause)
+        finally:
+            try:
+                self.mark_reached()
+            except Exception:  # left Scheduled: fired again by the next engine, harmlessly
+                logger.exception("marking timers reached at shutdown failed")

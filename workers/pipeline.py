@@ -1,13 +1,16 @@
 """The path of a due call through the modules, shared by the engine, tasks and recovery.
 
 DueTimeReached -> orchestration starts the call -> execution claims and performs the attempt
--> orchestration finishes the call. Each step is its own transaction; no HTTP inside one.
+-> orchestration finishes the call. Starting and claiming share one transaction; recording
+is another; no HTTP inside either.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+
+from django.db import transaction
 
 from eventservice.logging import log_context
 from execution.http import HttpRequest, perform
@@ -32,9 +35,15 @@ def order_for(call: StartedCall) -> AttemptOrder:
 
 
 def start_and_claim(keys: Sequence[CallKey], *, worker_id: str) -> list[Attempt]:
-    """Start the due calls among `keys` and claim their attempts (two transactions)."""
-    started = service_calls_start(keys=keys)
-    return claim(started, worker_id=worker_id)
+    """Start the due calls among `keys` and claim their attempts, in one transaction.
+
+    One transaction, not two: on SQLite each takes the single write lock, and the timer loop
+    waits for it on the path from due time to startedAt. Either both commit or neither, so
+    a call is never left Running without its attempt row by this step.
+    """
+    with transaction.atomic():
+        started = service_calls_start(keys=keys)
+        return claim(started, worker_id=worker_id)
 
 
 def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
@@ -53,12 +62,13 @@ def run_attempt(attempt: Attempt) -> Outcome:
 
 
 def record(results: Sequence[tuple[Attempt, Outcome]]) -> None:
-    """Write the attempt log, then the calls' final states (each its own transaction)."""
-    attempts_finish(results=results)
-    service_calls_finish(results=[
-        (CallKey(attempt.order.tenant_id, attempt.order.service_call_id), outcome)
-        for attempt, outcome in results
-    ])
+    """Write the attempt log and the calls' final states, in one transaction (one write lock)."""
+    with transaction.atomic():
+        attempts_finish(results=results)
+        service_calls_finish(results=[
+            (CallKey(attempt.order.tenant_id, attempt.order.service_call_id), outcome)
+            for attempt, outcome in results
+        ])
 
 
 def run_now(keys: Sequence[CallKey], *, worker_id: str) -> int:
