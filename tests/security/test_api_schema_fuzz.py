@@ -1,18 +1,18 @@
 """Schemathesis against /api/schema/: generated requests (valid and invalid) to every API
 operation, through the Django WSGI app in this process (no network).
 
-No response may be a 5xx, and every response must conform to the schema (status codes,
-content types, bodies, headers), auth must not be ignored. Requests are authenticated with
-acme's API key and aimed at acme's tenant and at one of its real calls, so handlers are
-exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
+No response may be a 5xx, every response must conform to the schema (status codes, content
+types, bodies, headers), and auth must not be ignored.
+Requests are authenticated with acme's API key and aimed at acme's tenant and at one of its
+real calls, so handlers are exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
 operation (valid and invalid ones), no deadline.
 
 Not run: schemathesis' "schema-valid data is accepted" and "schema-invalid data is refused".
-The schema is an approximation of validation JSON Schema cannot state exactly (a URL's host
-must be a valid name and not a refused IP literal, tags hold no whitespace, the
-Idempotency-Key header equals the body's key, an empty query value means "not given"), so
-those two checks fail on rules, not bugs; tests/security/test_validation.py and the API
-tests pin the rules themselves.
+The schema approximates rules JSON Schema cannot state (a URL must have a valid host that is
+not a refused IP literal, a cursor must be one the API issued, the Idempotency-Key header
+must equal the body's key, a repeated or empty query parameter counts as its last or no
+value), so those checks fail on rules, not bugs, and on whichever examples a seed draws;
+tests/security/test_validation.py and the API tests pin the rules themselves.
 """
 
 from __future__ import annotations
@@ -68,17 +68,6 @@ def acme_call(world) -> str:
     return str(call.pk)
 
 
-CHECKS = [
-    checks.not_a_server_error,
-    checks.status_code_conformance,
-    checks.content_type_conformance,
-    checks.response_schema_conformance,
-    checks.response_headers_conformance,
-    checks.ignored_auth,
-    checks.unsupported_method,
-]
-
-
 def _negative(case, location: ParameterLocation) -> bool:
     meta = case._meta  # schemathesis keeps which parts of a case were generated invalid here
     return meta is not None and meta.is_negative_at(location)
@@ -121,5 +110,10 @@ else:
             and not _negative(case, ParameterLocation.HEADER)
             and not _negative(case, ParameterLocation.BODY)
         ):
-            case.headers["Idempotency-Key"] = body_key
-        case.call_and_validate(headers=auth, checks=CHECKS)
+            if body_key.isprintable() and body_key.isascii():
+                case.headers["Idempotency-Key"] = body_key
+            else:  # not something a client can put in a header: keep the body's key alone
+                del case.headers["Idempotency-Key"]
+        case.call_and_validate(
+            headers=auth, excluded_checks=[checks.positive_data_acceptance, checks.negative_data_rejection]
+        )
