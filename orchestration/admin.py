@@ -23,7 +23,7 @@ from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.secrets import redact_headers
 from orchestration.services import public_request_spec, service_call_rerun
 from outbox.models import OutboxEvent
-from tenants.admin import ReadOnlyAdmin, visible_tenant_ids
+from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, visible_tenant_ids
 from timer.models import TimerSchedule
 
 _ID_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
@@ -66,25 +66,6 @@ class TagListFilter(admin.SimpleListFilter):
             return queryset
         filterset = ServiceCallFilter({"tag": [value]}, queryset=queryset)
         return filterset.qs if filterset.is_valid() else queryset.none()
-
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-    show_change_link = False
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def has_view_permission(self, request, obj=None):
-        # Whoever may view the call may view its parts.
-        return True
 
 
 class TagInline(ReadOnlyInline):

@@ -64,7 +64,7 @@ class TenantScopedAdmin(admin.ModelAdmin):
         return super().has_delete_permission(request, obj) and self.owns(request, obj)
 
 
-class ReadOnlyAdmin(TenantScopedAdmin):
+class ReadOnlyMixin:
     """Domain state: shown, never edited here (changes go through the modules' services)."""
 
     def has_add_permission(self, request, obj=None):
@@ -75,6 +75,21 @@ class ReadOnlyAdmin(TenantScopedAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ReadOnlyAdmin(ReadOnlyMixin, TenantScopedAdmin):
+    pass
+
+
+class ReadOnlyInline(ReadOnlyMixin, admin.TabularInline):
+    """A read-only part of an object; whoever may view the object may view its parts."""
+
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def has_view_permission(self, request, obj=None):
+        return True
 
 
 class MembershipInline(admin.TabularInline):

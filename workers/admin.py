@@ -10,21 +10,15 @@ from django.contrib import admin
 from django.utils.html import format_html
 
 from eventservice.ids import utcnow
+from tenants.admin import ReadOnlyMixin
 from workers.models import LoopRun, WorkerSession
 
 
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
+class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
+    pass
 
 
-class LoopRunInline(admin.TabularInline):
+class LoopRunInline(ReadOnlyMixin, admin.TabularInline):
     model = LoopRun
     extra = 0
     can_delete = False
@@ -35,12 +29,6 @@ class LoopRunInline(admin.TabularInline):
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(errors__gt=0)
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     verbose_name_plural = "loop runs with errors"
 
