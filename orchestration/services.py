@@ -7,6 +7,7 @@ duplicate message finds zero rows to change, and that is not an error (SPEC §3 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import uuid
@@ -22,7 +23,7 @@ from eventservice.errors import Conflict, NotFound
 from eventservice.ids import iso_ms, new_id, utcnow
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
-from orchestration.secrets import redact_headers, seal_headers, unseal_headers
+from orchestration.secrets import SecretUnavailable, redact_headers, seal_headers, unseal_headers
 from orchestration.validation import Submission, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
@@ -74,8 +75,10 @@ def public_request_spec(spec: dict[str, Any], *, body_limit: int | None = None) 
 
 
 def _fingerprint(submission: Submission) -> str:
+    # Keyed: the payload holds secret header values, which a bare hash would let anyone with
+    # the database try to guess.
     canonical = json.dumps(submission.fingerprint_payload(), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return hmac.new(settings.SECRET_KEY.encode(), canonical.encode(), hashlib.sha256).hexdigest()
 
 
 def _event(call: ServiceCall, type_: str, payload: dict[str, Any], at: datetime, causation_id: str | None = None) -> NewEvent:
@@ -220,7 +223,19 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
         outbox_append(events=[
             _event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now)}, now) for row in rows
         ])
-    return [_started(row) for row in rows]
+        started, unreadable = [], []
+        for row in rows:
+            try:
+                started.append(_started(row))
+            except SecretUnavailable as exc:
+                unreadable.append((CallKey(row.tenant_id, row.service_call_id), _unreadable_outcome(exc)))
+        # A sealed header no configured key opens: fail now rather than leave it for the watchdog.
+        service_calls_finish(results=unreadable)
+    return started
+
+
+def _unreadable_outcome(exc: SecretUnavailable) -> Outcome:
+    return Outcome.failure(ErrorKind.INTERNAL_ERROR, f"{exc} (nothing was sent)")
 
 
 def service_call_start(*, tenant_id: str, service_call_id: uuid.UUID) -> StartedCall | None:
@@ -247,7 +262,13 @@ def running_call_for_execution(*, tenant_id: str, service_call_id: uuid.UUID) ->
     row = ServiceCall.objects.filter(
         tenant_id=tenant_id, pk=service_call_id, status=ServiceCall.Status.RUNNING
     ).only("service_call_id", "tenant_id", "correlation_id", "request_spec").first()
-    return _started(row) if row else None
+    if row is None:
+        return None
+    try:
+        return _started(row)
+    except SecretUnavailable as exc:
+        service_calls_finish(results=[(CallKey(tenant_id, service_call_id), _unreadable_outcome(exc))])
+        return None
 
 
 def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:

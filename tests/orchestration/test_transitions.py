@@ -150,3 +150,28 @@ def test_an_unknown_call_is_not_found(world):
 
     with pytest.raises(NotFound):
         service_call_tags_set(tenant_id="acme", service_call_id=uuid.uuid4(), tags=[])
+
+
+def test_a_call_whose_sealed_secret_no_key_opens_fails_at_start_without_being_sent(world, settings):
+    from cryptography.fernet import Fernet
+
+    settings.FIELD_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]
+    call = submit(requestSpec={"method": "GET", "url": "https://example.test/x", "headers": {"X-Api-Key": "k-123"}})
+    settings.FIELD_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]  # the old key is gone
+    assert service_calls_start(keys=[CallKey("acme", call.pk)]) == []
+    stored = ServiceCall.objects.get(pk=call.pk)
+    assert (stored.status, stored.error_kind) == ("Failed", "InternalError")
+    assert "nothing was sent" in stored.outcome_meta["errorMeta"]["message"]
+    assert events(call)[-2:] == ["ServiceCallRunning", "ServiceCallFailed"]
+
+
+def test_the_idempotency_fingerprint_is_keyed_not_a_bare_hash_of_the_payload(world):
+    import hashlib
+    import json
+
+    spec = {"method": "GET", "url": "https://example.test/", "headers": {"Authorization": "Bearer weak"}}
+    call = submit(idempotencyKey="k-9", requestSpec=spec)
+    canonical = json.dumps(submission(idempotencyKey="k-9", requestSpec=spec).fingerprint_payload(),
+                           sort_keys=True, separators=(",", ":"))
+    stored = ServiceCall.objects.get(pk=call.pk).request_fingerprint
+    assert len(stored) == 64 and stored != hashlib.sha256(canonical.encode()).hexdigest()
