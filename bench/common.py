@@ -178,7 +178,7 @@ class Profiler:
         self.out = out
         self.proc = subprocess.Popen(
             [executable, "record", "--pid", str(pid), "--output", str(out), "--format", "raw",
-             "--threads", "--idle", "--rate", "200", "--duration", str(int(seconds)), "--nonblocking"],
+             "--threads", "--gil", "--rate", "200", "--duration", str(int(seconds)), "--nonblocking"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
 

@@ -295,6 +295,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         table.append((metric, fmt(agent_value, digits), fmt(djq, digits), fmt(celery, digits), fmt(bare, digits),
                       target))
 
+    cpu = a.get("cpu_seconds") or {}
     if a.get("lateness") or q.get("lateness") or c.get("lateness"):
         add("timers measured (n)", get(a, "lateness", "lateness_ms", "n"), get(q, "lateness", "lateness_ms", "n"),
             get(c, "lateness", "lateness_ms", "n"))
@@ -305,6 +306,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 target = verdict(None if value is None else value <= limit, f"≤ {limit} ms")
             add(f"timer lateness {stat} (ms)", value, get(q, "lateness", "lateness_ms", stat),
                 get(c, "lateness", "lateness_ms", stat), None, target)
+        if "lateness" in cpu and a.get("lateness"):
+            add("agent workers' CPU per timer call (ms)", cpu["lateness"] * 1000 / a["lateness"]["calls"], digits=2)
     if a.get("drain") or q.get("drain") or c.get("drain") or b.get("drain"):
         celery_rate = get(c, "drain", "rate")
         rate = get(a, "drain", "rate_terminal")
@@ -324,6 +327,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         add("drain: all terminal after due (s)", get(a, "drain", "terminal_after_due_s"),
             get(q, "drain", "seconds"), get(c, "drain", "seconds"), get(b, "drain", "seconds"), digits=2)
         add("drain: all events published after due (s)", get(a, "drain", "bookkeeping_after_due_s"), digits=2)
+        if "drain" in cpu and a.get("drain"):
+            add("agent workers' CPU per drained call (ms)", cpu["drain"] * 1000 / a["drain"]["calls"], digits=2)
         lag99 = get(a, "drain", "outbox_lag_ms", "p99")
         add("outbox lag p50 (ms)", get(a, "drain", "outbox_lag_ms", "p50"))
         add("outbox lag p99 (ms)", lag99, target=verdict(None if lag99 is None else lag99 <= 1000, "≤ 1000 ms"))

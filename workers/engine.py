@@ -48,6 +48,9 @@ RECORD_GATHER_SECONDS = 0.01
 RECORD_BATCH = 100
 # Due calls started (and their attempts claimed) per transaction.
 START_CHUNK = 100
+# Outbox events claimed per dispatch transaction, at most (OUTBOX_BATCH_SIZE may be smaller):
+# a due timer waits for the transaction in progress, so none may be long.
+DISPATCH_CHUNK = 100
 
 
 class WriteGate:
@@ -261,10 +264,11 @@ class Engine:
     # -- outbox -------------------------------------------------------------------------------
     def _dispatch_loop(self) -> None:
         idle = settings.OUTBOX_POLL_INTERVAL_MS / 1000
+        limit = min(settings.OUTBOX_BATCH_SIZE, DISPATCH_CHUNK)
         while not self.stop_event.is_set():
             started = time.monotonic()
             try:
-                published = dispatch_batch(limit=settings.OUTBOX_BATCH_SIZE, write_guard=self.gate.slot)
+                published = dispatch_batch(limit=limit, write_guard=self.gate.slot)
             except Exception as exc:
                 logger.exception("outbox dispatch failed")
                 self._record_run("dispatch", started=started, items=0, error=exc)
@@ -272,7 +276,7 @@ class Engine:
                 self.stop_event.wait(1.0)
                 continue
             self._record_run("dispatch", started=started, items=published)
-            if published < settings.OUTBOX_BATCH_SIZE:
+            if published < limit:
                 # Caught up: let events gather for one poll interval rather than take the
                 # write lock twice for every few events (lag stays within that interval).
                 self.stop_event.wait(idle)
