@@ -78,7 +78,7 @@ def machine() -> dict[str, Any]:
         pass
     return {
         "cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-        "platform": platform.platform(), "load_average": list(os.getloadavg()),
+        "platform": platform.platform(), "load_average": list(os.getloadavg()), "nice": os.nice(0),
     }
 
 
@@ -376,13 +376,25 @@ def render(results: dict) -> str:
     out = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out.extend(line(row) for row in body)
     notes = []
+    if results["mode"] == "quick":
+        notes.append("--quick: counts are far below the SPEC's; the verdicts are only indicative")
+    lateness = results["agent"].get("lateness")
+    if lateness:
+        notes.append(f"agent lateness: {lateness['calls']} calls submitted in {lateness['submission']['seconds']:.1f}s "
+                     f"({lateness['submission']['per_call_ms']:.1f} ms each), first due {lateness['lead_s']:.1f}s "
+                     f"after the submissions began; Celery and django-q2 timers are due from "
+                     f"+{results['sizes']['lateness_lead']:.0f}s, over the same {results['sizes']['lateness_spread']:.0f}s")
+    if results["djq"].get("lateness"):
+        notes.append("django-q2 lateness: when its no-op task ran (Task.stopped) - due; Task.started is set "
+                     "when its scheduler enqueues the task")
     for name, reason in results["skipped"].items():
         notes.append(f"skipped {name}: {reason}")
     for name, error in results["errors"].items():
         notes.append(f"ERROR in {name}: {error.strip().splitlines()[-1]}")
     m = results["machine"]
-    notes.append(f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}, load average at start "
-                 f"{m['load_average'][0]:.2f}, at end {results.get('load_average_end', [math.nan])[0]:.2f}")
+    notes.append(f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}, nice {m.get('nice', 0)}, "
+                 f"load average at start {m['load_average'][0]:.2f}, at end "
+                 f"{results.get('load_average_end', [math.nan])[0]:.2f}")
     return "\n".join(out + [""] + notes)
 
 
