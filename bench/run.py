@@ -426,6 +426,8 @@ def main() -> int:
         raise Interrupted(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, on_term)
+    # Also when started in the background, where the shell leaves SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     run = Run(args)
     started = time.monotonic()
     status = 0
