@@ -181,7 +181,7 @@ class NearTermScheduler:
                 self._report(time.monotonic(), 0, exc)
             next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
         wake = self._next_poll - time.monotonic()
-        if self._fired:
+        if self._fired and next_due > 0.005:  # a timer about to fall due wakes the loop anyway
             wake = min(wake, self._next_mark - time.monotonic())
         return max(0.0, min(next_due, wake))
 
