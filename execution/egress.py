@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -335,9 +336,9 @@ class EgressPolicy:
 
     @classmethod
     def from_settings(cls) -> EgressPolicy:
-        rules = [parse_allow_rule(entry) for entry in settings.EGRESS_ALLOWLIST]
-        rules.extend(own_mock_target_rules())
-        return cls(rules=rules)
+        # Parsed once per configuration, not once per attempt (the key follows the settings,
+        # so a changed allowlist takes effect at once).
+        return _policy_for(tuple(settings.EGRESS_ALLOWLIST), settings.AGENT_BASE_URL)
 
     def is_allowed(self, host: str, port: int, address: IPAddress) -> bool:
         return any(rule.matches(host, port, address) for rule in self.rules)
@@ -396,6 +397,13 @@ class EgressPolicy:
         # could otherwise be steered to the private one.
         checked = [self.check_address(host, port, address) for address in addresses]
         return Target(scheme=parts.scheme, host=host, port=port, address=str(checked[0]))
+
+
+@lru_cache(maxsize=8)
+def _policy_for(allowlist: tuple[str, ...], agent_base_url: str) -> EgressPolicy:
+    rules = [parse_allow_rule(entry) for entry in allowlist]
+    rules.extend(own_mock_target_rules())
+    return EgressPolicy(rules=rules)
 
 
 def own_mock_target_rules() -> Iterable[AllowRule]:

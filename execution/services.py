@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import transaction
 
+from eventservice.db import update_many
 from eventservice.ids import new_id, utcnow
 from execution.http import HttpRequest, encode_body
 from execution.models import HttpExecution
@@ -69,12 +70,17 @@ def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
     """Record outcomes; an attempt already marked Interrupted keeps that verdict."""
     if not results:
         return
+    now = utcnow()
+    names = list(_outcome_fields(results[0][1]))
+    rows = [
+        (*_outcome_fields(outcome).values(), HttpExecution.State.FINISHED, now, attempt.execution_id)
+        for attempt, outcome in results
+    ]
     with transaction.atomic():
-        now = utcnow()
-        for attempt, outcome in results:
-            HttpExecution.objects.filter(
-                execution_id=attempt.execution_id, state=HttpExecution.State.SENDING
-            ).update(**_outcome_fields(outcome), state=HttpExecution.State.FINISHED, finished_at=now)
+        update_many(
+            HttpExecution, set_fields=[*names, "state", "finished_at"], where_fields=["execution_id"], rows=rows,
+            where_extra={"state": HttpExecution.State.SENDING},
+        )
 
 
 def _outcome_fields(outcome: Outcome) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
+from eventservice.db import update_many
 from eventservice.errors import Conflict, NotFound
 from eventservice.ids import iso_ms, new_id, utcnow
 from execution.outcomes import ErrorKind, Outcome
@@ -275,35 +276,36 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
     """Running -> Succeeded | Failed with the outcome; returns how many calls changed."""
     if not results:
         return 0
-    changed = 0
     with transaction.atomic():
         now = utcnow()
-        events = []
-        correlation = dict(
-            ServiceCall.objects.filter(pk__in=[key.service_call_id for key, _ in results])
+        # Under the row locks (the write lock on SQLite) the Running set cannot change before
+        # the update below: reading it first tells which calls this finish moves.
+        running = dict(
+            ServiceCall.objects.select_for_update()
+            .filter(pk__in=[key.service_call_id for key, _ in results], status=ServiceCall.Status.RUNNING)
             .values_list("service_call_id", "correlation_id")
         )
+        rows, events = [], []
         for key, outcome in results:
+            correlation_id = running.pop(key.service_call_id, None)  # pop: a duplicate counts once
+            if correlation_id is None:
+                continue
             status = ServiceCall.Status.SUCCEEDED if outcome.succeeded else ServiceCall.Status.FAILED
             meta = outcome.as_meta()
-            rows = ServiceCall.objects.filter(
-                pk=key.service_call_id, tenant_id=key.tenant_id, status=ServiceCall.Status.RUNNING
-            ).update(
-                status=status, finished_at=now, outcome_meta=meta,
-                error_kind=None if outcome.succeeded else outcome.error_kind,
-            )
-            if not rows:
-                continue
-            changed += 1
-            call = ServiceCall(
-                service_call_id=key.service_call_id, tenant_id=key.tenant_id,
-                correlation_id=correlation[key.service_call_id],
-            )
+            rows.append((status, now, meta, None if outcome.succeeded else outcome.error_kind,
+                         key.service_call_id, key.tenant_id))
+            call = ServiceCall(service_call_id=key.service_call_id, tenant_id=key.tenant_id,
+                               correlation_id=correlation_id)
             type_ = OutboxEvent.Type.SUCCEEDED if outcome.succeeded else OutboxEvent.Type.FAILED
             events.append(_event(call, type_, {"finishedAt": iso_ms(now), **meta}, now))
+        update_many(
+            ServiceCall, set_fields=["status", "finished_at", "outcome_meta", "error_kind"],
+            where_fields=["service_call_id", "tenant"], rows=rows,
+            where_extra={"status": ServiceCall.Status.RUNNING},
+        )
         if events:
             outbox_append(events=events)
-    return changed
+    return len(rows)
 
 
 def service_call_finish(*, tenant_id: str, service_call_id: uuid.UUID, outcome: Outcome) -> bool:

@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from eventservice.ids import utcnow
 from timer.models import TimerSchedule
@@ -15,24 +15,34 @@ from timer.models import TimerSchedule
 def timer_register(
     *, tenant_id: str, service_call_id: uuid.UUID, due_at: datetime, correlation_id: str
 ) -> bool:
-    """Idempotent upsert; a Reached timer is never re-armed. Returns True if armed."""
-    with transaction.atomic():
-        moved = TimerSchedule.objects.filter(
-            tenant_id=tenant_id, service_call_id=service_call_id, state=TimerSchedule.State.SCHEDULED
-        ).update(due_at=due_at, correlation_id=correlation_id)
-        if moved:
-            return True
-        TimerSchedule.objects.bulk_create(
-            [TimerSchedule(
-                tenant_id=tenant_id, service_call_id=service_call_id, due_at=due_at,
-                correlation_id=correlation_id, registered_at=utcnow(),
-                state=TimerSchedule.State.SCHEDULED,
-            )],
-            ignore_conflicts=True,  # an existing row is Reached: leave it
+    """Idempotent upsert; a Reached timer is never re-armed. Returns True if armed.
+
+    One statement, the seed's own (ADR-0003 §5): insert, or move a timer that is still
+    Scheduled; the WHERE leaves a Reached one alone. It runs on every submission.
+    """
+    table = TimerSchedule._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (tenant_id, service_call_id, correlation_id, due_at, registered_at, state) "
+            "VALUES (%s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (tenant_id, service_call_id) DO UPDATE "
+            "SET due_at = excluded.due_at, correlation_id = excluded.correlation_id "
+            f"WHERE {table}.state = %s",
+            [
+                tenant_id, _db_uuid(service_call_id), correlation_id,
+                _db_datetime(due_at), _db_datetime(utcnow()),
+                TimerSchedule.State.SCHEDULED, TimerSchedule.State.SCHEDULED,
+            ],
         )
-        return TimerSchedule.objects.filter(
-            tenant_id=tenant_id, service_call_id=service_call_id, state=TimerSchedule.State.SCHEDULED
-        ).exists()
+        return cursor.rowcount == 1
+
+
+def _db_uuid(value: uuid.UUID) -> object:
+    return TimerSchedule._meta.get_field("service_call").target_field.get_db_prep_value(value, connection)
+
+
+def _db_datetime(value: datetime) -> object:
+    return TimerSchedule._meta.get_field("due_at").get_db_prep_value(value, connection)
 
 
 def timers_mark_reached(*, ids: Sequence[int]) -> int:

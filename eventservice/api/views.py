@@ -148,7 +148,11 @@ class ServiceCallSubmitApi(TenantApiView):
         call, created = service_call_submit(
             tenant_id=self.tenant_id, submission=submission, correlation_id=request.correlation_id
         )
-        body = _call(request, self.tenant_id, call.service_call_id)
+        if created:
+            # Just stored: the object in hand is the call as submitted, no need to read it back.
+            body = service_call_representation(call, tags=submission.tags, request=request)
+        else:
+            body = _call(request, self.tenant_id, call.service_call_id)
         return Response(
             body,
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
