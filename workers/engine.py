@@ -100,16 +100,9 @@ class WriteGate:
         return self.slot(urgent=True)
 
 
-ALL_ROLES = frozenset({"engine", "dispatch"})
-
-
 class Engine:
-    """Runs the loops of its roles: "engine" (timer, execution, recorder, watchdog and
-    retention) and "dispatch" (the outbox dispatcher). By default both."""
-
-    def __init__(self, keeper: SessionKeeper, *, roles: frozenset[str] = ALL_ROLES) -> None:
+    def __init__(self, keeper: SessionKeeper) -> None:
         self.keeper = keeper
-        self.roles = roles
         self.stop_event = threading.Event()
         self.recorder = RunRecorder(session_id=keeper.session_id)
         self.pool = ThreadPoolExecutor(settings.EXECUTION_CONCURRENCY, thread_name_prefix="attempt")
@@ -140,16 +133,14 @@ class Engine:
         # the switch interval (5 ms by default), so a transaction of a few dozen statements
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        loops = []
-        if "engine" in self.roles:
-            loops += [("timer", self._timer_loop), ("recorder", self._recorder_loop), ("watchdog", self._watchdog_loop)]
-        if "dispatch" in self.roles:
-            loops.append(("dispatch", self._dispatch_loop))
-        for name, target in loops:
+        for name, target in [
+            ("timer", self._timer_loop), ("recorder", self._recorder_loop),
+            ("dispatch", self._dispatch_loop), ("watchdog", self._watchdog_loop),
+        ]:
             thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
             thread.start()
             self.threads.append(thread)
-        logger.info("engine started", extra={"workerSession": self.session_id, "roles": sorted(self.roles)})
+        logger.info("engine started", extra={"workerSession": self.session_id})
 
     def stop(self, *, drain_seconds: float = 10.0) -> None:
         """Stop taking work, let in-flight attempts finish (bounded), record, close the session."""
@@ -274,14 +265,8 @@ class Engine:
     def _dispatch_loop(self) -> None:
         idle = settings.OUTBOX_POLL_INTERVAL_MS / 1000
         limit = min(settings.OUTBOX_BATCH_SIZE, DISPATCH_CHUNK)
-        next_flush = time.monotonic() + 2.0
         while not self.stop_event.is_set():
             started = time.monotonic()
-            if "engine" not in self.roles and started >= next_flush:
-                # Without a watchdog in this process, the dispatcher writes its own run records.
-                next_flush = started + 2.0
-                self.recorder.session_id = self.session_id
-                self.recorder.flush()
             try:
                 published = dispatch_batch(limit=limit, write_guard=self.gate.slot)
             except Exception as exc:

@@ -24,31 +24,21 @@ logger = logging.getLogger("serviceagent.engine")
 
 keeper = None
 engine = None
-_lock_files = []
+_lock_file = None
 
 
-def _take_cluster_lock(role: str) -> bool:
+def _take_cluster_lock() -> bool:
+    global _lock_file
     settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = settings.DATA_DIR / f"{role}-{socket.gethostname()}-{os.getppid()}.lock"
+    path = settings.DATA_DIR / f"engine-{socket.gethostname()}-{os.getppid()}.lock"
     handle = open(path, "w")  # noqa: SIM115 - held for the life of the process
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         handle.close()
         return False
-    _lock_files.append(handle)
+    _lock_file = handle
     return True
-
-
-def _roles() -> frozenset[str]:
-    if not settings.ENGINE_ENABLED:
-        return frozenset()
-    if _take_cluster_lock("engine"):
-        alone = settings.Q_CLUSTER.get("workers", 1) <= 1
-        return frozenset({"engine", "dispatch"}) if alone else frozenset({"engine"})
-    if _take_cluster_lock("dispatch"):
-        return frozenset({"dispatch"})
-    return frozenset()
 
 
 def _shutdown() -> None:
@@ -67,11 +57,9 @@ def on_worker_spawn(sender, proc_name: str, **kwargs) -> None:
     keeper = SessionKeeper()
     # multiprocessing children skip atexit; its finalizers run when a worker exits cleanly.
     multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)
-    roles = _roles()
-    if roles:
-        logger.info("this worker hosts the engine", extra={"workerProcess": proc_name, "pid": os.getpid(),
-                                                            "roles": sorted(roles)})
-        engine = Engine(keeper, roles=roles)
+    if settings.ENGINE_ENABLED and _take_cluster_lock():
+        logger.info("this worker hosts the engine", extra={"workerProcess": proc_name, "pid": os.getpid()})
+        engine = Engine(keeper)
         engine.start()
 
 
