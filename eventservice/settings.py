@@ -151,6 +151,10 @@ METRICS_PUBLIC = env_bool("METRICS_PUBLIC", True)
 # Request bodies beyond this size are refused with 413 before parsing.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 512 * 1024, minimum=1024)
 
+# Each process remembers a live API key this long (a revocation reaches other processes
+# within it); 0 looks every key up on every request.
+API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 5, minimum=0, maximum=300)
+
 # --- Domain ---------------------------------------------------------------------------------
 EXECUTION_TIMEOUT_MS = env_int("EXECUTION_TIMEOUT_MS", 30_000, minimum=1, maximum=120_000)
 # A Running call whose attempt outlived its timeout by this much is finished as Interrupted.

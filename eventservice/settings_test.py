@@ -26,3 +26,7 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True
 STATIC_ROOT = Path(os.environ["DATA_DIR"]) / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+# Tests revoke keys and expect the next request to be refused in the same process anyway;
+# no cache keeps every test independent of the others' lookups.
+API_KEY_CACHE_SECONDS = 0

@@ -64,7 +64,13 @@ def api_key_revoke(*, key_ids: list[int], tenant_ids: set[str] | None = None) ->
     """Revoke keys (once: a revoked key keeps its first revocation time); returns how many."""
     from django.utils import timezone
 
+    from tenants.selectors import api_key_forget
+
     keys = ApiKey.objects.filter(pk__in=list(key_ids), revoked_at__isnull=True)
     if tenant_ids is not None:
         keys = keys.filter(tenant_id__in=list(tenant_ids))
-    return keys.update(revoked_at=timezone.now())
+    hashes = list(keys.values_list("key_hash", flat=True))
+    revoked = keys.update(revoked_at=timezone.now())
+    for key_hash in hashes:  # refused at once here; other processes within API_KEY_CACHE_SECONDS
+        api_key_forget(key_hash=key_hash)
+    return revoked

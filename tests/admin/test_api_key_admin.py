@@ -54,3 +54,15 @@ def test_non_superuser_staff_cannot_revoke_another_tenants_key(staff_client, wor
     key = api_key_lookup(raw_key=world.acme_key)
     staff_client.post(CHANGELIST, {"action": "revoke", "_selected_action": [str(key.pk)]})
     assert api_key_lookup(raw_key=world.acme_key) is not None
+
+
+def test_a_remembered_key_is_refused_at_once_after_revocation_in_this_process(world, settings):
+    from tenants.models import ApiKey
+    from tenants.services import api_key_revoke
+
+    settings.API_KEY_CACHE_SECONDS = 60
+    key = api_key_lookup(raw_key=world.acme_key)
+    assert api_key_lookup(raw_key=world.acme_key) is not None  # now remembered
+    api_key_revoke(key_ids=[key.pk])
+    assert api_key_lookup(raw_key=world.acme_key) is None
+    assert ApiKey.objects.get(pk=key.pk).revoked_at is not None
