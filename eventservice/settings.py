@@ -85,6 +85,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # the write lock up front, so two writers queue on busy_timeout instead of deadlocking
     # on a read-to-write upgrade ("database is locked").
     DATABASES["default"]["CONN_MAX_AGE"] = 0 if env_bool("SQLITE_CLOSE_CONNECTIONS", False) else None
+    # Django's backend, waiting for the write lock in fine steps (eventservice/sqlite/base.py).
+    DATABASES["default"]["ENGINE"] = "eventservice.sqlite"
     DATABASES["default"]["OPTIONS"] = {
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,

@@ -18,7 +18,7 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # In-process tests start the engine themselves; qcluster tests turn it on in the subprocess.
 ENGINE_ENABLED = False
 WATCHDOG_GRACE_MS = 2000
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] in ("django.db.backends.sqlite3", "eventservice.sqlite"):
     DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["DATA_DIR"]) / "test.db")}
 
 # Serve static files straight from the app folders (no collectstatic before tests).

@@ -20,7 +20,7 @@ ROOT = Path(settings.BASE_DIR)
 def database_url() -> str:
     """The URL of the database this test runs on (the pytest-django test database)."""
     s = connection.settings_dict
-    if s["ENGINE"] == "django.db.backends.sqlite3":
+    if s["ENGINE"] in ("django.db.backends.sqlite3", "eventservice.sqlite"):
         return f"sqlite:///{s['NAME']}"
     if s["ENGINE"] == "django.db.backends.postgresql":
         auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "") + "@" if s.get("USER") else ""
