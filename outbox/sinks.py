@@ -25,6 +25,8 @@ class LogSink:
     name = "log"
 
     def publish(self, envelopes: Sequence[dict[str, Any]]) -> None:
+        if not event_log.isEnabledFor(logging.INFO):
+            return  # EVENT_LOG_LEVEL above INFO: skip the JSON encoding nobody reads
         for envelope in envelopes:
             event_log.info(
                 json.dumps(envelope, separators=(",", ":")),
