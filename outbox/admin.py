@@ -1,4 +1,4 @@
-"""Operator admin of the outbox: publication state and lag; "publish again" via the dispatcher."""
+"""Operator admin of the outbox: publication state and lag; "publish again" via outbox.services."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from django.db.models import Q
 from django.utils.html import format_html
 
 from eventservice.ids import short_id, utcnow
-from outbox.dispatcher import outbox_publish_again
 from outbox.models import OutboxEvent
+from outbox.services import outbox_publish_again
 from tenants.admin import ReadOnlyAdmin, visible_tenant_ids
 
 

@@ -111,11 +111,3 @@ def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str
         skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in done]
         if skipped:
             OutboxEvent.objects.filter(pk__in=skipped).update(locked_until=None)
-
-
-def outbox_publish_again(*, ids: Sequence[int]) -> int:
-    """Operator action: clear backoff so rows are retried now (published ones go out again)."""
-    with transaction.atomic():
-        return OutboxEvent.objects.filter(pk__in=list(ids)).update(
-            published_at=None, next_attempt_at=None, locked_until=None
-        )

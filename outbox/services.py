@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from eventservice.ids import epoch_ms, new_id
 from outbox.models import OutboxEvent
@@ -55,3 +57,40 @@ def outbox_append(*, events: list[NewEvent]) -> list[OutboxEvent]:
             )
         )
     return OutboxEvent.objects.bulk_create(rows)
+
+
+def outbox_publish_again(*, ids: Sequence[int]) -> int:
+    """Operator action: clear backoff so rows are retried now (published ones go out again)."""
+    with transaction.atomic():
+        return OutboxEvent.objects.filter(pk__in=list(ids)).update(
+            published_at=None, next_attempt_at=None, locked_until=None
+        )
+
+
+# Rows deleted per retention transaction: each holds the write lock a due timer waits for.
+RETENTION_BATCH = 1000
+
+
+def outbox_delete_published_before(
+    *,
+    before: datetime,
+    batch_size: int = RETENTION_BATCH,
+    write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> int:
+    """Delete events published before `before`, in batches of `batch_size` (each in its own
+    transaction, under `write_guard`); unpublished events are never deleted. Returns the count.
+
+    Uses outbox_published_at; see docs/schema.md (retention)."""
+    deleted = 0
+    while True:
+        with write_guard(), transaction.atomic():
+            ids = list(
+                OutboxEvent.objects.filter(published_at__lt=before)
+                .order_by("published_at")
+                .values_list("id", flat=True)[:batch_size]
+            )
+            if ids:
+                OutboxEvent.objects.filter(id__in=ids).delete()
+        deleted += len(ids)
+        if len(ids) < batch_size:
+            return deleted

@@ -31,6 +31,7 @@ from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
 from orchestration.services import CallKey
 from outbox.dispatcher import dispatch_batch
+from outbox.services import outbox_delete_published_before
 from timer.scheduler import NearTermScheduler
 from timer.selectors import DueTimer
 from workers import recovery
@@ -134,8 +135,10 @@ class Engine:
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         for name, target in [
-            ("timer", self._timer_loop), ("recorder", self._recorder_loop),
-            ("dispatch", self._dispatch_loop), ("watchdog", self._watchdog_loop),
+            ("timer", self._timer_loop),
+            ("recorder", self._recorder_loop),
+            ("dispatch", self._dispatch_loop),
+            ("watchdog", self._watchdog_loop),
         ]:
             thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
             thread.start()
@@ -174,6 +177,7 @@ class Engine:
                     close_old_connections()
                     self.stop_event.wait(1.0)
             connection.close()
+
         return run
 
     def _record_run(self, loop: str, *, started: float, items: int, error: BaseException | None = None) -> None:
@@ -190,7 +194,7 @@ class Engine:
         the recorder and the dispatcher get the write lock between chunks.
         """
         for first in range(0, len(timers), START_CHUNK):
-            chunk = timers[first:first + START_CHUNK]
+            chunk = timers[first : first + START_CHUNK]
             with self.gate.urgent():
                 attempts = start_and_claim(
                     [CallKey(t.tenant_id, t.service_call_id) for t in chunk], worker_id=self.session_id
@@ -306,6 +310,10 @@ class Engine:
         try:
             with self.gate.slot():
                 deleted = runs_delete_older_than(before=utcnow() - timedelta(days=settings.RETENTION_DAYS))
+            if settings.OUTBOX_RETENTION_DAYS:  # 0 keeps every event
+                deleted += outbox_delete_published_before(
+                    before=utcnow() - timedelta(days=settings.OUTBOX_RETENTION_DAYS), write_guard=self.gate.slot
+                )
             self._record_run("retention", started=started, items=deleted)
         except Exception as exc:
             logger.exception("retention failed")

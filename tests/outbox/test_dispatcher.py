@@ -6,9 +6,9 @@ import pytest
 from django.db import transaction
 
 from eventservice.ids import new_id, utcnow
-from outbox.dispatcher import dispatch_batch, outbox_publish_again
+from outbox.dispatcher import dispatch_batch
 from outbox.models import OutboxEvent
-from outbox.services import NewEvent, outbox_append
+from outbox.services import NewEvent, outbox_append, outbox_publish_again
 
 
 class RecordingSink:

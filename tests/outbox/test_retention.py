@@ -1,0 +1,84 @@
+"""Retention of published outbox events: old published rows go in bounded batches, nothing
+unpublished or young is touched, and OUTBOX_RETENTION_DAYS=0 keeps everything."""
+
+from datetime import timedelta
+
+from django.db import transaction
+
+from eventservice.ids import new_id, utcnow
+from outbox.models import OutboxEvent
+from outbox.services import NewEvent, outbox_append, outbox_delete_published_before
+from tests.conftest import wait_for
+
+
+def _events(count, *, published_days_ago=None, tenant="acme"):
+    with transaction.atomic():
+        rows = outbox_append(
+            events=[
+                NewEvent(
+                    tenant_id=tenant,
+                    aggregate_id=new_id(),
+                    type="ServiceCallTagged",
+                    payload={"n": n},
+                    correlation_id="c",
+                    at=utcnow(),
+                )
+                for n in range(count)
+            ]
+        )
+    ids = [row.pk for row in rows]
+    if published_days_ago is not None:
+        OutboxEvent.objects.filter(pk__in=ids).update(published_at=utcnow() - timedelta(days=published_days_ago))
+    return ids
+
+
+def test_it_deletes_only_events_published_before_the_cutoff_in_batches(db):
+    old = _events(7, published_days_ago=40)
+    young = _events(2, published_days_ago=1)
+    unpublished = _events(3)
+    batches = []
+
+    class CountingGuard:
+        def __enter__(self):
+            batches.append(1)
+
+        def __exit__(self, *exc):
+            return False
+
+    deleted = outbox_delete_published_before(
+        before=utcnow() - timedelta(days=30), batch_size=3, write_guard=CountingGuard
+    )
+
+    assert deleted == 7
+    assert len(batches) == 3  # 3 + 3 + 1: each batch its own transaction
+    remaining = set(OutboxEvent.objects.values_list("pk", flat=True))
+    assert remaining == set(young) | set(unpublished)
+    assert not remaining & set(old)
+
+
+def test_it_deletes_nothing_when_nothing_is_old_enough(db):
+    kept = _events(2, published_days_ago=29)
+    assert outbox_delete_published_before(before=utcnow() - timedelta(days=30)) == 0
+    assert OutboxEvent.objects.filter(pk__in=kept).count() == 2
+
+
+def test_the_engine_sweeps_old_published_events_on_its_retention_run(settings, transactional_db, engine):
+    settings.OUTBOX_RETENTION_DAYS = 30
+    old = _events(3, published_days_ago=31)
+    young = _events(1, published_days_ago=2)
+    wait_for(lambda: not OutboxEvent.objects.filter(pk__in=old).exists(), timeout=15)
+    assert OutboxEvent.objects.filter(pk__in=young).count() == 1
+
+
+def test_zero_days_keeps_every_event(settings, transactional_db):
+    from workers.engine import Engine
+    from workers.keeper import SessionKeeper
+
+    settings.OUTBOX_RETENTION_DAYS = 0
+    old = _events(2, published_days_ago=3650)
+    keeper = SessionKeeper()
+    try:
+        Engine(keeper)._retention()
+    finally:
+        keeper.close()
+    assert OutboxEvent.objects.filter(pk__in=old).count() == 2
