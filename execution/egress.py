@@ -5,26 +5,24 @@ address (Host header and TLS server name kept), so DNS rebinding cannot slip bet
 check and the connect: urllib3 is handed the address, never the name, and resolves nothing.
 Alternate address forms (`0x7f000001`, `2130706433`, `017700000001`, `127.1`,
 `[::ffff:127.0.0.1]`) are parsed like the C library parses them and refused like the address
-they denote. See docs/security.md.
+they denote. The agent's own origin (AGENT_BASE_URL) is allowed under `/mock/` only, judged
+on the path as the client sends it. See docs/security.md §2. The connections themselves are
+execution/transport.py's.
 """
 
 from __future__ import annotations
 
-import http.client
 import ipaddress
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -72,7 +70,7 @@ _NAMED_RANGES: list[tuple[str, IPNetwork]] = [
 ]
 
 # Headers the agent sets itself, hop-by-hop headers, and headers that would let a caller
-# smuggle a second request or steer a proxy (SPEC §11). `Proxy-*` is refused as a prefix.
+# smuggle a second request or steer a proxy (docs/security.md §1). `Proxy-*` is refused as a prefix.
 REFUSED_HEADERS = frozenset(
     {
         "host",
@@ -94,10 +92,6 @@ class EgressDenied(Exception):
 
 class ResolveTimeout(TimeoutError):
     """The name did not resolve before the attempt's deadline."""
-
-
-class ResponseHeadersTooLarge(http.client.HTTPException):
-    """The response's header section exceeds the configured count or size."""
 
 
 def refused_header(name: str) -> bool:
@@ -194,19 +188,48 @@ def normalize_host(host: str) -> str:
     return host
 
 
-def client_host(url: str) -> str:
-    """The host the HTTP client will use for `url`: requests (with urllib3) decodes percent
-    escapes in the host, lower-cases it and IDNA-encodes it, so `http://%31%32%37.0.0.1/`
-    goes to 127.0.0.1. The edge judges this host, as execution will. Raises ValueError."""
+def _client_url(url: str) -> str:
+    """`url` as requests will send it; raises ValueError."""
     from requests.exceptions import RequestException
     from requests.models import PreparedRequest
 
     prepared = PreparedRequest()
     try:
         prepared.prepare_url(url, None)
-        return urlsplit(prepared.url).hostname or ""
+        return prepared.url or ""
     except (RequestException, ValueError, UnicodeError):
         raise ValueError("the host is not a valid name or address") from None
+
+
+def client_host(url: str) -> str:
+    """The host the HTTP client will use for `url`: requests (with urllib3) decodes percent
+    escapes in the host, lower-cases it and IDNA-encodes it, so `http://%31%32%37.0.0.1/`
+    goes to 127.0.0.1. The edge judges this host, as execution will. Raises ValueError."""
+    return urlsplit(_client_url(url)).hostname or ""
+
+
+# Escaped ".", "/", "\" or "%": a server, or a proxy before it, that decodes them reads
+# another path than the one judged.
+_DISGUISED_PATH = re.compile(r"%(2e|2f|5c|25)", re.IGNORECASE)
+
+
+def client_path(*, url: str) -> str | None:
+    """The path the HTTP client will send for `url`, or None when it is not plain: a dot
+    segment, a backslash, or an escaped ".", "/", "\\" or "%", in the URL as written or as
+    sent. Refused rather than normalised: requests removes dot segments and *then* decodes
+    `%2e`, so `/mock/%2e%2e/admin/` goes out as `/mock/../admin/`, and what a server makes of
+    that is its own business (docs/security.md §2)."""
+    try:
+        written = urlsplit(url).path
+        sent = urlsplit(_client_url(url)).path or "/"
+    except ValueError:
+        return None
+    for path in (written, sent):
+        if "\\" in path or _DISGUISED_PATH.search(path):
+            return None
+        if any(segment in (".", "..") for segment in path.split("/")):
+            return None
+    return sent
 
 
 @dataclass(frozen=True)
@@ -216,9 +239,13 @@ class AllowRule:
     network: IPNetwork | None = None
     # "*.example.com": any name below example.com (not example.com itself).
     suffix: str | None = None
+    # Only paths under this prefix (client_path); an unknown or disguised path never matches.
+    path_prefix: str | None = None
 
-    def matches(self, host: str, port: int, address: IPAddress) -> bool:
+    def matches(self, host: str, port: int, address: IPAddress, path: str | None = None) -> bool:
         if self.port is not None and self.port != port:
+            return False
+        if self.path_prefix is not None and (path is None or not path.startswith(self.path_prefix)):
             return False
         if self.network is not None:
             address = _unwrap(address)
@@ -329,6 +356,14 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
+def host_header(*, url: str) -> str:
+    """The Host header sent for `url`: the name from the URL, whatever address the
+    connection is pinned to. Raises ValueError."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return Target(scheme=parts.scheme, host=client_host(url), port=port, address="").host_header()
+
+
 @dataclass
 class EgressPolicy:
     rules: list[AllowRule] = field(default_factory=list)
@@ -337,22 +372,33 @@ class EgressPolicy:
     @classmethod
     def from_settings(cls) -> EgressPolicy:
         # Parsed once per configuration, not once per attempt (the key follows the settings,
-        # so a changed allowlist takes effect at once).
-        return _policy_for(tuple(settings.EGRESS_ALLOWLIST), settings.AGENT_BASE_URL)
+        # so a changed allowlist takes effect at once). A copy: a caller that changes its
+        # policy (a test's resolver, an extra rule) must not change everyone's.
+        cached = _policy_for(tuple(settings.EGRESS_ALLOWLIST), settings.AGENT_BASE_URL)
+        return EgressPolicy(rules=list(cached.rules), resolver=cached.resolver)
 
-    def is_allowed(self, host: str, port: int, address: IPAddress) -> bool:
-        return any(rule.matches(host, port, address) for rule in self.rules)
+    def is_allowed(self, host: str, port: int, address: IPAddress, path: str | None = None) -> bool:
+        return any(rule.matches(host, port, address, path) for rule in self.rules)
 
-    def check_address(self, host: str, port: int, address: str | IPAddress) -> IPAddress:
-        """The decision on one resolved address; raises EgressDenied. Returns the address to
+    def check_address(self, host: str, port: int, address: str | IPAddress, *, path: str | None = None) -> IPAddress:
+        """The decision on one resolved address, for a request to `path` (client_path; None:
+        unknown, so no path-bound rule applies); raises EgressDenied. Returns the address to
         connect to (an IPv4-mapped IPv6 address as the IPv4 address it carries)."""
         ip = ipaddress.ip_address(address) if isinstance(address, str) else address
         if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
             raise EgressDenied(f"the scoped IPv6 address {ip} is refused")
         reason = classify(ip)
-        if reason is not None and not self.is_allowed(host, port, ip):
+        if reason is not None and not self.is_allowed(host, port, ip, path):
             shown = host if parse_ip_literal(host) is None else "the URL"
-            raise EgressDenied(f"{shown} points to {_unwrap(ip)}, a {reason} address, not in EGRESS_ALLOWLIST")
+            message = f"{shown} points to {_unwrap(ip)}, a {reason} address, not in EGRESS_ALLOWLIST"
+            bound = [
+                r.path_prefix
+                for r in self.rules
+                if r.path_prefix and replace(r, path_prefix=None).matches(host, port, ip)
+            ]
+            if bound:
+                message += f" (on the agent's own origin only paths under {bound[0]} are allowed)"
+            raise EgressDenied(message)
         return _unwrap(ip)
 
     def literal_refusal(self, url: str) -> str | None:
@@ -368,7 +414,7 @@ class EgressPolicy:
         if literal is None:
             return None
         try:
-            self.check_address(host, port, literal)
+            self.check_address(host, port, literal, path=client_path(url=url))
         except EgressDenied as exc:
             return str(exc)
         return None
@@ -395,7 +441,8 @@ class EgressPolicy:
             raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
         # Every address must pass: a name answering both a public and a private address
         # could otherwise be steered to the private one.
-        checked = [self.check_address(host, port, address) for address in addresses]
+        path = client_path(url=url)
+        checked = [self.check_address(host, port, address, path=path) for address in addresses]
         return Target(scheme=parts.scheme, host=host, port=port, address=str(checked[0]))
 
 
@@ -407,8 +454,9 @@ def _policy_for(allowlist: tuple[str, ...], agent_base_url: str) -> EgressPolicy
 
 
 def own_mock_target_rules() -> Iterable[AllowRule]:
-    """The embedded default may call its own mock target (SPEC §11): the host and port of
-    AGENT_BASE_URL, and the loopback addresses on that port when it names this machine."""
+    """The agent may call its own mock target (docs/security.md §2): paths under `/mock/` on
+    the host and port of AGENT_BASE_URL (and on the loopback addresses, on that port, when it
+    names this machine). Its API, admin and /metrics on the same origin stay refused."""
     try:
         base = urlsplit(settings.AGENT_BASE_URL)
         port = base.port or (443 if base.scheme == "https" else 80)
@@ -417,141 +465,16 @@ def own_mock_target_rules() -> Iterable[AllowRule]:
     host = base.hostname
     if not host:
         return
+    # The mock is mounted at "mock/" of the URLconf, below any path the base URL has.
+    prefix = base.path.rstrip("/") + "/mock/"
     literal = parse_ip_literal(host)
     if literal is not None:
-        yield AllowRule(network=ipaddress.ip_network(_unwrap(literal)), port=port)
+        yield AllowRule(network=ipaddress.ip_network(_unwrap(literal)), port=port, path_prefix=prefix)
     else:
-        yield AllowRule(host=host.lower().rstrip("."), port=port)
+        yield AllowRule(host=host.lower().rstrip("."), port=port, path_prefix=prefix)
     if host in ("localhost", "127.0.0.1", "::1"):
-        yield AllowRule(network=ipaddress.ip_network("127.0.0.1/32"), port=port)
-        yield AllowRule(network=ipaddress.ip_network("::1/128"), port=port)
-
-
-# --- Connections pinned to the checked address, with bounded response headers ------------
-
-
-def track_sockets() -> list[socket.socket]:
-    """Start collecting the sockets this thread opens (closed by the attempt's deadline)."""
-    _attempt.sockets = []
-    return _attempt.sockets
-
-
-def _register(sock: socket.socket | None) -> None:
-    sockets = getattr(_attempt, "sockets", None)
-    if sockets is not None and sock is not None:
-        sockets.append(sock)
-
-
-class _HeaderBudget:
-    """Wraps the response's reader while http.client reads the status line and headers:
-    refuses more than `max_lines` header lines or `max_bytes` in all (1xx interim responses
-    included: a server cannot stream "100 Continue" forever)."""
-
-    def __init__(self, fp, max_lines: int, max_bytes: int) -> None:
-        self._fp = fp
-        self._lines_left = max_lines + 1  # the status line
-        self._bytes_left = max_bytes
-        self._max_lines = max_lines
-        self._max_bytes = max_bytes
-
-    def readline(self, limit: int = -1) -> bytes:
-        if limit < 0 or limit > self._bytes_left + 1:
-            limit = self._bytes_left + 1
-        line = self._fp.readline(limit)
-        self._bytes_left -= len(line)
-        if self._bytes_left < 0:
-            raise ResponseHeadersTooLarge(f"the response headers exceed {self._max_bytes} bytes")
-        if line not in (b"\r\n", b"\n", b""):
-            self._lines_left -= 1
-            if self._lines_left < 0:
-                raise ResponseHeadersTooLarge(f"the response has more than {self._max_lines} headers")
-        return line
-
-    def close(self) -> None:
-        self._fp.close()
-
-    def __getattr__(self, name: str):
-        return getattr(self._fp, name)
-
-
-class _BoundedHTTPResponse(http.client.HTTPResponse):
-    def begin(self) -> None:
-        if self.headers is not None:
-            return
-        original = self.fp
-        self.fp = _HeaderBudget(original, settings.RESPONSE_MAX_HEADERS, _max_header_bytes())
-        try:
-            super().begin()
-        finally:
-            if self.fp is not None:  # None when http.client already closed it
-                self.fp = original
-
-
-def _max_header_bytes() -> int:
-    return getattr(settings, "RESPONSE_MAX_HEADER_BYTES", 64 * 1024)
-
-
-class _TrackedHTTPConnection(HTTPConnection):
-    response_class = _BoundedHTTPResponse
-
-    def connect(self) -> None:
-        super().connect()
-        _register(self.sock)
-
-
-class _TrackedHTTPSConnection(HTTPSConnection):
-    response_class = _BoundedHTTPResponse
-
-    def connect(self) -> None:
-        super().connect()
-        _register(self.sock)
-
-
-class _TrackingPoolMixin:
-    def _get_conn(self, timeout=None):
-        conn = super()._get_conn(timeout)  # type: ignore[misc]
-        _register(conn.sock)  # a kept-alive connection is bounded by the deadline too
-        return conn
-
-
-class _PinnedHTTPPool(_TrackingPoolMixin, HTTPConnectionPool):
-    ConnectionCls = _TrackedHTTPConnection
-
-
-class _PinnedHTTPSPool(_TrackingPoolMixin, HTTPSConnectionPool):
-    ConnectionCls = _TrackedHTTPSConnection
-
-
-class PinnedAdapter(HTTPAdapter):
-    """A requests adapter that checks the egress policy and connects to the checked address.
-    Proxies are never used: the pool is always the target's own."""
-
-    def init_poolmanager(self, *args, **kwargs) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
-
-    def proxy_manager_for(self, proxy, **proxy_kwargs):
-        raise EgressDenied("proxies are not used for egress")
-
-    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
-        policy = getattr(_attempt, "policy", None) or EgressPolicy.from_settings()
-        target = policy.resolve(request.url)
-        request.headers["Host"] = target.host_header()
-        pool_kwargs: dict[str, object] = {}
-        if target.scheme == "https":
-            _, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
-            pool_kwargs = dict(pool_kwargs)
-            # TLS is verified against the name in the URL, not the pinned address.
-            pool_kwargs["server_hostname"] = target.host
-            pool_kwargs["assert_hostname"] = target.host
-        return self.poolmanager.connection_from_host(
-            target.address, port=target.port, scheme=target.scheme, pool_kwargs=pool_kwargs
-        )
-
-
-def use_policy(policy: EgressPolicy | None) -> None:
-    """Set the policy the adapter applies in this thread (None: from settings)."""
-    _attempt.policy = policy
+        yield AllowRule(network=ipaddress.ip_network("127.0.0.1/32"), port=port, path_prefix=prefix)
+        yield AllowRule(network=ipaddress.ip_network("::1/128"), port=port, path_prefix=prefix)
 
 
 def use_deadline(deadline: float | None) -> None:

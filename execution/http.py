@@ -1,6 +1,11 @@
 """One HTTP attempt with `requests`: no redirects, no proxies, bounded in time and size.
 
-Never call this inside a database transaction (SPEC §3 rule 7); `perform` checks.
+Never call this inside a database transaction (docs/architecture.md); `perform` checks.
+
+Nothing but connections outlives an attempt: there is no `requests.Session` (its cookie jar,
+default headers and auth would carry one call's state into the next, of any tenant), only a
+per-thread adapter whose pools keep connections alive. An attempt sends exactly
+`wire_request`'s headers, which the attempt log records (docs/security.md §2).
 
 Bounds (docs/security.md): one deadline for the whole attempt (resolution, connect, headers
 and body: a server dripping a byte at a time cannot stretch it), at most
@@ -30,17 +35,17 @@ import urllib3.exceptions
 from django.conf import settings
 from django.db import connection
 
-from execution.egress import (
-    EgressDenied,
-    EgressPolicy,
+from execution.egress import EgressDenied, EgressPolicy, host_header, refused_header, use_deadline
+from execution.outcomes import ErrorKind, Outcome
+from execution.transport import (
     PinnedAdapter,
     ResponseHeadersTooLarge,
-    refused_header,
-    track_sockets,
-    use_deadline,
-    use_policy,
+    begin_attempt,
+    end_attempt,
+    last_progress,
+    may_send_again,
+    new_connections_only,
 )
-from execution.outcomes import ErrorKind, Outcome
 from orchestration.secrets import REDACTED, is_secret_header, redact_headers
 
 
@@ -57,31 +62,20 @@ class _DeadlineExceeded(Exception):
     pass
 
 
+USER_AGENT = "ServiceAgent/1.0"
+
 _local = threading.local()
 
 
-class _NoRedirectSession(requests.Session):
-    """requests looks at a redirect even when told not to follow it (to fill
-    `response.next`), and reads the whole body first, without any cap; here a redirect is
-    just a response."""
-
-    def get_redirect_target(self, resp):
-        return None
-
-
-def _session() -> requests.Session:
-    session = getattr(_local, "session", None)
-    if session is None:
-        session = _NoRedirectSession()
-        session.trust_env = False  # proxy variables and .netrc are ignored
-        adapter = PinnedAdapter(pool_connections=8, pool_maxsize=8, max_retries=0)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        # requests adds these on its own; the caller's headers are the whole request.
-        session.headers.clear()
-        session.headers["User-Agent"] = "ServiceAgent/1.0"
-        _local.session = session
-    return session
+def _adapter() -> PinnedAdapter:
+    """This thread's adapter: its pools keep connections alive, and nothing else. Requests go
+    straight to it, not through a Session, so no environment (proxy variables, .netrc), no
+    redirect handling (requests would read a whole redirect body, uncapped, to look at it)
+    and no cookie jar is ever involved."""
+    adapter = getattr(_local, "adapter", None)
+    if adapter is None:
+        adapter = _local.adapter = PinnedAdapter(pool_connections=8, pool_maxsize=8, max_retries=0)
+    return adapter
 
 
 def encode_body(body: Any, headers: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
@@ -93,6 +87,33 @@ def encode_body(body: Any, headers: dict[str, str]) -> tuple[bytes | None, dict[
     if not any(name.lower() == "content-type" for name in headers):
         headers = {**headers, "Content-Type": "application/json"}
     return json.dumps(body, separators=(",", ":")).encode(), headers
+
+
+def wire_request(*, request: HttpRequest) -> requests.PreparedRequest:
+    """The request as it goes on the wire. Its headers are the caller's plus those the agent
+    adds (docs/security.md §2): User-Agent and Accept-Encoding: identity unless given,
+    Content-Type for a JSON body unless given, Content-Length when there is a body (0 for a
+    bodiless POST, PUT, PATCH or DELETE), and Host. urllib3 and http.client add a header only
+    when it is missing, so they add none. Raises ValueError for a URL that cannot be sent."""
+    body, headers = encode_body(request.body, dict(request.headers))
+    prepared = requests.PreparedRequest()
+    # Later keys win case-insensitively: a caller's own User-Agent replaces the agent's.
+    prepared.prepare(method=request.method, url=request.url, headers={"User-Agent": USER_AGENT, **headers}, data=body)
+    prepared.headers.setdefault("Accept-Encoding", "identity")  # what http.client sends unasked
+    try:
+        prepared.headers["Host"] = host_header(url=prepared.url or "")
+    except ValueError:
+        raise requests.exceptions.InvalidURL("the host is not a valid name or address") from None
+    return prepared
+
+
+def sent_headers(*, request: HttpRequest) -> dict[str, str]:
+    """The headers `perform` sends for `request`, for the attempt log written before it goes
+    out. For a URL that cannot be sent nothing goes out: the caller's headers are shown."""
+    try:
+        return dict(wire_request(request=request).headers)
+    except ValueError:
+        return encode_body(request.body, dict(request.headers))[1]
 
 
 # --- The whole-attempt deadline -----------------------------------------------------------
@@ -153,7 +174,7 @@ _deadlines = _DeadlineWatch()
 def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outcome:
     """Send the request once and describe what happened. Never raises."""
     if connection.in_atomic_block:
-        raise RuntimeError("no HTTP request inside a database transaction (SPEC §3 rule 7)")
+        raise RuntimeError("no HTTP request inside a database transaction (docs/architecture.md)")
     started = time.monotonic()
     timeout_s = request.timeout_ms / 1000
     deadline = started + timeout_s
@@ -172,9 +193,8 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     if refused:
         return failure(ErrorKind.EGRESS_DENIED, f"the header {refused[0]!r} is set by the agent and refused")
 
-    use_policy(policy)
     use_deadline(deadline)
-    sockets = track_sockets()
+    sockets = begin_attempt(policy=policy)
     expired = threading.Event()
 
     def on_deadline() -> None:
@@ -190,16 +210,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     handle = _deadlines.arm(deadline, on_deadline)
     response = None
     try:
-        data, headers = encode_body(request.body, dict(request.headers))
-        response = _session().request(
-            request.method,
-            request.url,
-            headers=headers,
-            data=data,
-            timeout=(timeout_s, timeout_s),
-            allow_redirects=False,
-            stream=True,
-        )
+        response = _send(wire_request(request=request), deadline=deadline, expired=expired)
         if expired.is_set():  # the headers may have been cut short by the deadline
             raise _DeadlineExceeded
         snippet_bytes, truncated = _read_capped(response, deadline, expired)
@@ -217,7 +228,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         if response is not None:
             response.close()
         sockets.clear()
-        use_policy(None)
+        end_attempt()
         use_deadline(None)
 
     # A target echoing the request (secret headers included) must not put the secrets in
@@ -248,6 +259,36 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         error_kind=ErrorKind.HTTP_ERROR,
         error_message=_scrub(f"HTTP {status} {response.reason or ''}".strip()[:200], secrets),
     )
+
+
+def _send(prepared: requests.PreparedRequest, *, deadline: float, expired: threading.Event) -> requests.Response:
+    """Send the request; once more, on a new connection and within the same deadline, when a
+    kept-alive connection failed before the target can have acted on it (may_send_again:
+    the server closed it idle just as the request arrived, docs/security.md §3)."""
+    try:
+        return _adapter().send(prepared, stream=True, timeout=_time_left(deadline))
+    except requests.exceptions.ConnectionError as exc:
+        closed = _peer_closed(exc)
+        if expired.is_set() or not may_send_again(
+            method=prepared.method or "", progress=last_progress(), peer_closed=closed
+        ):
+            raise
+    with new_connections_only():
+        return _adapter().send(prepared, stream=True, timeout=_time_left(deadline))
+
+
+def _time_left(deadline: float) -> tuple[float, float]:
+    left = max(deadline - time.monotonic(), 0.001)
+    return left, left
+
+
+def _peer_closed(exc: BaseException) -> bool:
+    """The peer ended the connection (EOF where a response should be, or a reset): not a
+    timeout, not TLS, not a refused connect."""
+    causes = list(_causes(exc))
+    if any(isinstance(c, (TimeoutError, urllib3.exceptions.TimeoutError, ssl.SSLError)) for c in causes):
+        return False
+    return any(isinstance(c, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) for c in causes)
 
 
 def _read_capped(response: requests.Response, deadline: float, expired: threading.Event) -> tuple[bytes, bool]:

@@ -1,5 +1,7 @@
 """The attempt log's writes. A row is committed *before* the request goes out, so after a
-crash "no row" means never sent and "row still Sending" means it may have been sent."""
+crash "no row" means never sent and "row still Sending" means it may have been sent. The row
+records the headers exactly as they will be sent (execution.http.sent_headers), secret values
+redacted."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from django.db import transaction
 
 from eventservice.db import update_many
 from eventservice.ids import new_id, utcnow
-from execution.http import HttpRequest, encode_body
+from execution.http import HttpRequest, encode_body, sent_headers
 from execution.models import HttpExecution
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.secrets import redact_headers
@@ -47,23 +49,33 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
     now = utcnow()
     rows = []
     for order in orders:
-        body, headers = encode_body(order.request.body, dict(order.request.headers))
-        rows.append(HttpExecution(
-            execution_id=new_id(), tenant_id=order.tenant_id, service_call_id=order.service_call_id,
-            attempt=1, state=HttpExecution.State.SENDING, worker_id=worker_id, started_at=now,
-            request_url=order.request.url, request_method=order.request.method,
-            request_headers=redact_headers(headers),
-            request_body=body[:REQUEST_BODY_SNIPPET].decode("utf-8", "replace") if body else None,
-            timeout_ms=order.request.timeout_ms,
-        ))
+        body, _ = encode_body(order.request.body, dict(order.request.headers))
+        rows.append(
+            HttpExecution(
+                execution_id=new_id(),
+                tenant_id=order.tenant_id,
+                service_call_id=order.service_call_id,
+                attempt=1,
+                state=HttpExecution.State.SENDING,
+                worker_id=worker_id,
+                started_at=now,
+                request_url=order.request.url,
+                request_method=order.request.method,
+                request_headers=redact_headers(sent_headers(request=order.request)),
+                request_body=body[:REQUEST_BODY_SNIPPET].decode("utf-8", "replace") if body else None,
+                timeout_ms=order.request.timeout_ms,
+            )
+        )
     with transaction.atomic():
         HttpExecution.objects.bulk_create(rows, ignore_conflicts=True)
         owned = set(
-            HttpExecution.objects.filter(execution_id__in=[row.execution_id for row in rows])
-            .values_list("execution_id", flat=True)
+            HttpExecution.objects.filter(execution_id__in=[row.execution_id for row in rows]).values_list(
+                "execution_id", flat=True
+            )
         )
-    return [Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True)
-            if row.execution_id in owned]
+    return [
+        Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True) if row.execution_id in owned
+    ]
 
 
 def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
@@ -78,7 +90,10 @@ def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
     ]
     with transaction.atomic():
         update_many(
-            HttpExecution, set_fields=[*names, "state", "finished_at"], where_fields=["execution_id"], rows=rows,
+            HttpExecution,
+            set_fields=[*names, "state", "finished_at"],
+            where_fields=["execution_id"],
+            rows=rows,
             where_extra={"state": HttpExecution.State.SENDING},
         )
 
@@ -101,11 +116,11 @@ def attempts_interrupt(*, execution_ids: Sequence[uuid.UUID], reason: str) -> li
     with transaction.atomic():
         now = utcnow()
         for execution_id in execution_ids:
-            if HttpExecution.objects.filter(
-                execution_id=execution_id, state=HttpExecution.State.SENDING
-            ).update(
-                state=HttpExecution.State.INTERRUPTED, finished_at=now,
-                error_kind=ErrorKind.INTERRUPTED, error_message=reason,
+            if HttpExecution.objects.filter(execution_id=execution_id, state=HttpExecution.State.SENDING).update(
+                state=HttpExecution.State.INTERRUPTED,
+                finished_at=now,
+                error_kind=ErrorKind.INTERRUPTED,
+                error_message=reason,
             ):
                 changed.append(execution_id)
     return changed
@@ -117,13 +132,20 @@ def outcome_of(execution: HttpExecution) -> Outcome:
         return Outcome.failure(ErrorKind.INTERRUPTED, execution.error_message or "interrupted")
     if execution.error_kind is None:
         return Outcome(
-            succeeded=True, status=execution.response_status, headers=execution.response_headers or {},
-            body_snippet=execution.response_body, body_truncated=execution.response_body_truncated,
+            succeeded=True,
+            status=execution.response_status,
+            headers=execution.response_headers or {},
+            body_snippet=execution.response_body,
+            body_truncated=execution.response_body_truncated,
             latency_ms=execution.latency_ms,
         )
     return Outcome(
-        succeeded=False, status=execution.response_status, headers=execution.response_headers or {},
-        body_snippet=execution.response_body, body_truncated=execution.response_body_truncated,
-        latency_ms=execution.latency_ms, error_kind=execution.error_kind,
+        succeeded=False,
+        status=execution.response_status,
+        headers=execution.response_headers or {},
+        body_snippet=execution.response_body,
+        body_truncated=execution.response_body_truncated,
+        latency_ms=execution.latency_ms,
+        error_kind=execution.error_kind,
         error_message=execution.error_message,
     )

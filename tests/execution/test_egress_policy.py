@@ -1,8 +1,8 @@
-"""The egress decision (SPEC §11), at the decision level only: no address here is connected to.
+"""The egress decision (docs/security.md §2), at the decision level only: no address here is connected to.
 
 Every refused range is covered with IPv4, IPv6 and IPv4-mapped samples; alternate address
 forms are parsed as the C library parses them; the allowlist opens exceptions by host,
-host:port, CIDR or domain suffix; the mock target of AGENT_BASE_URL is allowed by default.
+host:port, CIDR or domain suffix. The agent's own origin: test_egress_own_origin.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import socket
 import sys
 
 import pytest
-from django.test import override_settings
 
 from execution.egress import (
     AllowRule,
@@ -20,7 +19,6 @@ from execution.egress import (
     EgressPolicy,
     classify,
     client_host,
-    own_mock_target_rules,
     parse_allow_rule,
     parse_ip_literal,
 )
@@ -360,20 +358,3 @@ def test_a_suffix_rule_opens_names_below_the_domain(settings):
     for host in ["corp.example", "evilcorp.example", "corp.example.evil.test"]:
         with pytest.raises(EgressDenied):
             policy.check_address(host, 443, "10.0.0.5")
-
-
-@override_settings(EGRESS_ALLOWLIST=[], AGENT_BASE_URL="http://mock.internal")
-def test_the_mock_target_without_a_port_is_allowed_on_the_default_port():
-    assert list(own_mock_target_rules()) == [AllowRule(host="mock.internal", port=80)]
-    policy = EgressPolicy.from_settings()
-    assert str(policy.check_address("mock.internal", 80, "10.0.0.9")) == "10.0.0.9"
-    with pytest.raises(EgressDenied):
-        policy.check_address("mock.internal", 8080, "10.0.0.9")
-
-
-@override_settings(EGRESS_ALLOWLIST=[], AGENT_BASE_URL="https://[::1]:8443")
-def test_the_mock_target_may_be_an_ipv6_literal():
-    policy = EgressPolicy.from_settings()
-    assert str(policy.check_address("::1", 8443, "::1")) == "::1"
-    with pytest.raises(EgressDenied):
-        policy.check_address("::1", 8444, "::1")

@@ -1,4 +1,4 @@
-"""Hostile targets cost one bounded attempt (SPEC §11): slow drips of headers or body, hung
+"""Hostile targets cost one bounded attempt (docs/security.md §3): slow drips of headers or body, hung
 servers and resolvers, floods of headers, huge headers, endless bodies and gzip bombs.
 
 Each attempt here has a short timeout and each test bounds its own wall time; the servers are

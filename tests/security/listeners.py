@@ -3,7 +3,9 @@
 A `Listener` accepts connections on one loopback address, records every connection and
 every byte it receives, and answers with a scripted behaviour (a plain 200, a redirect, a
 header drip, a flood of headers, silence, ...). It counts *connections*, not requests, so
-"zero" means not even a TCP handshake reached it.
+"zero" means not even a TCP handshake reached it. Most behaviours answer one request per
+connection; `keep_alive` answers many, and can drop a request the way a server closing an
+idle connection does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,29 @@ def read_head(conn: socket.socket, limit: int = 65536) -> bytes:
     return data
 
 
+def parse_head(head: bytes) -> tuple[str, dict[str, str]]:
+    """(request line, headers as sent) of a request head; a repeated name keeps its last value."""
+    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name] = value.strip()
+    return lines[0], headers
+
+
+def _read_body(conn: socket.socket, head: bytes) -> None:
+    """Read the rest of the body the head announces (Content-Length), so that the next read
+    starts at the next request."""
+    _, headers = parse_head(head)
+    length = int(next((v for k, v in headers.items() if k.lower() == "content-length"), "0"))
+    have = len(head) - (head.find(b"\r\n\r\n") + 4)
+    while have < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        have += len(chunk)
+
+
 @dataclass
 class Listener:
     host: str
@@ -43,6 +68,8 @@ class Listener:
     port: int = 0
     connections: int = 0
     received: list[bytes] = field(default_factory=list)
+    # Requests read and left unanswered (the connection closed instead): `keep_alive`.
+    dropped: int = 0
     sni: list[str | None] = field(default_factory=list)
     stopped: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -60,6 +87,15 @@ class Listener:
     def requests_text(self) -> str:
         with self.lock:
             return b"".join(self.received).decode("latin-1")
+
+    def request_lines(self) -> list[str]:
+        """The first line of every request received, in order."""
+        with self.lock:
+            return [parse_head(head)[0] for head in self.received]
+
+    def headers_received(self) -> list[dict[str, str]]:
+        with self.lock:
+            return [parse_head(head)[1] for head in self.received]
 
     def start(self) -> Listener:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -215,6 +251,29 @@ def body_drip(conn: socket.socket, head: bytes, listener: Listener) -> None:
     while not listener.stopped.is_set():
         conn.sendall(b"x")
         time.sleep(0.05)
+
+
+def keep_alive(*, drop_after_idle: float) -> Behaviour:
+    """Answer every request of a connection and keep it open; but a request arriving after the
+    connection sat idle more than `drop_after_idle` seconds is read and dropped, the connection
+    closed without an answer: a server's keep-alive timer firing just as the request lands
+    (gunicorn's does at 2 s), made deterministic. 0 drops every second request."""
+
+    def behaviour(conn: socket.socket, head: bytes, listener: Listener) -> None:
+        while head:
+            _read_body(conn, head)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            answered = time.monotonic()
+            head = read_head(conn)
+            if not head:
+                return
+            with listener.lock:
+                listener.received.append(head)
+                if time.monotonic() - answered > drop_after_idle:
+                    listener.dropped += 1
+                    return
+
+    return behaviour
 
 
 def reset(conn: socket.socket, head: bytes, listener: Listener) -> None:

@@ -301,3 +301,72 @@ def test_a_literal_refused_at_the_edge_names_the_policy(settings):
             "not in EGRESS_ALLOWLIST."
         ]
     }
+
+
+# --- The agent's own origin: its mock target only ------------------------------------------
+
+OWN_ORIGIN_REFUSED = [
+    "/",
+    "/admin/login/",
+    "/metrics",
+    "/api/v1/service-calls",
+    "/mock",
+    "/mockx/echo",
+    "/MOCK/echo",
+    "/mock/../admin/",
+    "/mock/%2e%2e/admin/",
+    "/mock/.%2E/admin/",
+    "/mock%2F..%2Fadmin/",
+]
+
+
+def _resolving_to_loopback() -> EgressPolicy:
+    policy = EgressPolicy.from_settings()
+    policy.resolver = lambda host, port: ["127.0.0.1"]
+    return policy
+
+
+@pytest.mark.parametrize("path", OWN_ORIGIN_REFUSED)
+def test_the_agents_own_origin_outside_mock_is_refused_and_reaches_nothing(path, listeners, settings):
+    """The listener stands in for the agent: AGENT_BASE_URL names it, and only the mock
+    exception would allow it (no EGRESS_ALLOWLIST entry)."""
+    v4, _ = listeners
+    settings.EGRESS_ALLOWLIST = []
+    settings.AGENT_BASE_URL = f"http://127.0.0.1:{v4.port}"
+    url = v4.url(path)
+    errors = _edge(url)
+    assert errors is not None and "only paths under /mock/ are allowed" in errors["requestSpec.url"][0], errors
+    outcome = perform(HttpRequest("GET", url, {}, None, 3000))
+    assert outcome.error_kind == ErrorKind.EGRESS_DENIED, outcome
+    # A name resolving to the agent's origin is judged by the same rule when the call runs.
+    settings.AGENT_BASE_URL = f"http://agent.test:{v4.port}"
+    by_name = _resolving_to_loopback()
+    named = f"http://agent.test:{v4.port}{path}"
+    assert _edge(named) is None  # a name is judged when the call runs
+    outcome = perform(HttpRequest("GET", named, {}, None, 3000), policy=by_name)
+    assert outcome.error_kind == ErrorKind.EGRESS_DENIED, outcome
+    assert v4.connections == 0
+
+
+def test_the_agents_own_mock_target_is_reached(listeners, settings):
+    v4, _ = listeners
+    settings.EGRESS_ALLOWLIST = []
+    settings.AGENT_BASE_URL = f"http://127.0.0.1:{v4.port}"
+    assert _edge(v4.url("/mock/echo")) is None
+    assert perform(HttpRequest("GET", v4.url("/mock/echo"), {}, None, 3000)).succeeded
+    settings.AGENT_BASE_URL = f"http://agent.test:{v4.port}"
+    by_name = _resolving_to_loopback()
+    assert perform(
+        HttpRequest("GET", f"http://agent.test:{v4.port}/mock/json", {}, None, 3000), policy=by_name
+    ).succeeded
+    assert v4.connections == 2
+    assert v4.request_lines() == ["GET /mock/echo HTTP/1.1", "GET /mock/json HTTP/1.1"]
+
+
+def test_an_allowlist_entry_for_the_agents_origin_still_opens_every_path(listeners, settings):
+    v4, _ = listeners
+    settings.EGRESS_ALLOWLIST = [f"127.0.0.1:{v4.port}"]
+    settings.AGENT_BASE_URL = f"http://127.0.0.1:{v4.port}"
+    assert _edge(v4.url("/admin/login/")) is None
+    assert perform(HttpRequest("GET", v4.url("/admin/login/"), {}, None, 3000)).succeeded
+    assert v4.connections == 1
