@@ -1,13 +1,15 @@
 """Operator admin of tenants, memberships and API keys, and the tenant scoping every admin uses.
 
 Superusers see every tenant. Other staff see only the tenants they are members of: lists are
-filtered in get_queryset, tenant choices in forms are limited, and objects of other tenants
-can be neither viewed nor changed.
+filtered in get_queryset, tenant and user choices in forms are limited, and objects of other
+tenants can be neither viewed nor changed (docs/security.md §5). Admins of apps that are not
+the product's are superusers' only: eventservice/admin.py.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.db.models import Count
 
 from tenants.models import ApiKey, Membership, Tenant
@@ -41,8 +43,15 @@ class TenantScopedAdmin(admin.ModelAdmin):
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         ids = visible_tenant_ids(request)
-        if db_field.related_model is Tenant and ids is not None:
+        if ids is not None and db_field.related_model is Tenant:
             kwargs["queryset"] = Tenant.objects.filter(id__in=ids)
+        elif ids is not None and db_field.related_model is get_user_model():
+            # Accounts belong to no tenant, so the list of all of them is another tenant's data
+            # (its people). Staff choose among the people of their own tenants; bringing in
+            # someone new (creating an account) is a superuser's job.
+            kwargs["queryset"] = (
+                get_user_model().objects.filter(memberships__tenant_id__in=ids).distinct().order_by("username")
+            )
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     def owns(self, request, obj) -> bool:
@@ -107,6 +116,8 @@ class MembershipInline(admin.TabularInline):
 class TenantAdmin(TenantScopedAdmin):
     tenant_lookup = "id"
     list_display = ("id", "name", "member_count", "key_count", "created_at")
+    # The counts' GROUP BY drops Meta.ordering; lists and autocomplete pages need an order.
+    ordering = ("id",)
     search_fields = ("id", "name")
     readonly_fields = ("created_at",)
     inlines = [MembershipInline]

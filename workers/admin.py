@@ -1,6 +1,9 @@
-"""Operator admin of worker sessions and their loop runs: read-only records (SPEC §13).
+"""Operator admin of worker sessions and their loop runs: read-only records (docs/architecture.md).
 
-They describe the workers, not any tenant, so they are not tenant-scoped.
+They describe the workers, not any tenant, so they are not tenant-scoped; but an error's text
+is whatever the exception said, and a database error quotes the row it failed on (tenant ids,
+call ids). Staff scoped to tenants see that a loop failed and the error's type; its text is
+for superusers (docs/security.md §5).
 """
 
 from __future__ import annotations
@@ -13,9 +16,21 @@ from eventservice.ids import utcnow
 from tenants.admin import ReadOnlyMixin
 from workers.models import LoopRun, WorkerSession
 
+ERROR_TEXT_FIELDS = ("error_message", "error_short")
+
+
+def without_error_text(request, names):
+    if request.user.is_superuser:
+        return names
+    return [name for name in names if name not in ERROR_TEXT_FIELDS]
+
 
 class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
-    pass
+    def get_fields(self, request, obj=None):
+        return without_error_text(request, super().get_fields(request, obj))
+
+    def get_list_display(self, request):
+        return without_error_text(request, super().get_list_display(request))
 
 
 class LoopRunInline(ReadOnlyMixin, admin.TabularInline):
@@ -29,6 +44,9 @@ class LoopRunInline(ReadOnlyMixin, admin.TabularInline):
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(errors__gt=0)
+
+    def get_fields(self, request, obj=None):
+        return without_error_text(request, super().get_fields(request, obj))
 
     verbose_name_plural = "loop runs with errors"
 
