@@ -7,7 +7,6 @@ public_request_spec and every header table through redact_headers.
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 
@@ -17,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 
 from eventservice.api.representation import outcome_representation
 from eventservice.ids import new_id, short_id
+from eventservice.rendering import display_json
 from execution.models import HttpExecution
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import ServiceCall, ServiceCallTag
@@ -32,7 +32,7 @@ TAG_CHOICES_LIMIT = 100
 
 def pretty_json(value) -> str:
     return format_html(
-        '<pre style="white-space:pre-wrap;margin:0">{}</pre>', json.dumps(value, indent=2, ensure_ascii=False)
+        '<pre style="white-space:pre-wrap;margin:0">{}</pre>', display_json(value)
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from eventservice.fields import JSONField
 from execution.outcomes import ErrorKind
 
 FAVORITE_TAG = "favorite"
@@ -32,8 +33,8 @@ class ServiceCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     # {method, url, headers, body, timeoutMs}; secret header values are sealed at rest.
-    request_spec = models.JSONField()
-    outcome_meta = models.JSONField(null=True, blank=True)
+    request_spec = JSONField()
+    outcome_meta = JSONField(null=True, blank=True)
     error_kind = models.CharField(max_length=16, choices=ErrorKind.choices, null=True, blank=True)
     correlation_id = models.CharField(max_length=64)
     idempotency_key = models.CharField(max_length=200, null=True, blank=True)

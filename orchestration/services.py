@@ -25,7 +25,7 @@ from eventservice.ids import iso_ms, new_id, utcnow
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
 from orchestration.secrets import SecretUnavailable, redact_headers, seal_headers, unseal_headers
-from orchestration.validation import Submission, validate_tags
+from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
 from timer.services import timer_register
@@ -370,13 +370,17 @@ def service_call_favorite_set(
 def service_call_rerun(
     *, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str
 ) -> ServiceCall:
-    """Submit a new call with the same request (new id, due now)."""
+    """Submit a new call with the same request (new id, due now); ValidationFailed if the stored
+    request holds what validation now refuses."""
     original = _get(tenant_id, service_call_id)
     spec = original.request_spec
     tags = list(
         ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call=original)
         .exclude(tag=FAVORITE_TAG).order_by("id").values_list("tag", flat=True)
     )
+    # A row stored before the rules of docs/security.md §1 may hold what they refuse now (a
+    # lone surrogate, a NUL, a body nested too deep): a copy is refused as a new call would be.
+    validate_encodable({"name": original.name, "requestSpec": spec, "tags": tags})
     submission = Submission(
         name=original.name, method=spec["method"], url=spec["url"],
         headers={name: "" for name in spec.get("headers") or {}},  # sealed values copied below

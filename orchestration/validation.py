@@ -1,8 +1,8 @@
 """Validation of a submission, shared by every edge (API, pages, commands).
 
 Field names in errors are the wire names (camelCase, dotted for nested fields), so the API
-can return them as they are and a form can map them to its controls. The limits are SPEC §11's
-(docs/security.md lists them); a URL whose host is an IP literal the egress policy refuses is
+can return them as they are and a form can map them to its controls. The limits are listed in
+docs/security.md §1; a URL whose host is an IP literal the egress policy refuses is
 refused here already, with the policy's own code.
 """
 
@@ -37,6 +37,14 @@ MAX_HOST = 253
 # the exact rule is one calendar year (`one_year_after`).
 MAX_AHEAD = timedelta(days=366)
 MAX_TIMEOUT_MS = 120_000
+# How deep a submitted JSON value may nest (a body of objects in lists in objects...). Python's
+# JSON codec recurses once per level, and so do the database's JSON columns, the renderers and
+# the pages, with about 1000 levels for all of them together; 64 is far beyond any real
+# payload and far below that (docs/security.md §1).
+MAX_BODY_DEPTH = 64
+# The whole API request document: a submission around a body of MAX_BODY_DEPTH levels, with
+# room to spare so that a body just past its limit gets the precise field error, not this one.
+MAX_DOCUMENT_DEPTH = 100
 
 # RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
@@ -86,9 +94,123 @@ class _Errors:
         self.errors.setdefault(name, []).append(message)
 
 
+# A JSON string may spell "\ud800" alone, and Python decodes it to a lone surrogate: no UTF-8
+# encoder (the response, the page, PostgreSQL) accepts it. PostgreSQL's text and jsonb also
+# refuse NUL, which SQLite stores: refusing both keeps the two backends alike.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+# A key shown in a location as `.key`; any other key is quoted.
+_PLAIN_KEY = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]{0,39}\Z")
+
+
 def has_surrogates(text: str) -> bool:
     """Lone UTF-16 surrogates (valid in JSON strings) cannot be stored or sent as UTF-8."""
-    return any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+    return _SURROGATE.search(text) is not None
+
+
+def _text_problem(text: str) -> str | None:
+    match = _UNSTORABLE.search(text)
+    if match is None:
+        return None
+    if match.group() == "\x00":
+        return "contains a NUL character (U+0000), which cannot be stored"
+    return f"contains a lone UTF-16 surrogate (U+{ord(match.group()):04X}): it is not valid Unicode text"
+
+
+def _location(where: str, trail: tuple | None) -> str:
+    """`where` followed by the keys and indexes of `trail` (a linked list, innermost first)."""
+    keys: list[str | int] = []
+    while trail is not None:
+        trail, key = trail
+        keys.append(key)
+    for key in reversed(keys):
+        if isinstance(key, int):
+            where = f"{where}[{key}]"
+        elif _PLAIN_KEY.match(key):
+            where = f"{where}.{key}"
+        else:
+            shown = key if len(key) <= 40 else key[:40] + "…"
+            where = f"{where}[{json.dumps(shown, ensure_ascii=False)}]"
+    return where
+
+
+def json_value_error(value: Any, *, where: str, max_depth: int = MAX_BODY_DEPTH) -> str | None:
+    """Why a decoded JSON value cannot be stored or sent, or None: text anywhere in it (object
+    keys included) with a NUL or a lone surrogate, or nesting deeper than `max_depth`.
+
+    Iterative, so no input can exhaust the stack; `where` names the value in the message. The
+    one check of every edge's input (docs/security.md §1).
+    """
+    # (value, depth, trail): the trail is only spelled out for the message, so a clean value
+    # costs one tuple per node.
+    pending: list[tuple[Any, int, tuple | None]] = [(value, 0, None)]
+    while pending:
+        item, depth, trail = pending.pop()
+        if isinstance(item, str):
+            if (problem := _text_problem(item)) is not None:
+                return f"{_location(where, trail)} {problem}."
+        elif isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                return f"{where} is nested deeper than {max_depth} levels."
+            depth += 1
+            if isinstance(item, dict):
+                for key in item:
+                    if isinstance(key, str) and (problem := _text_problem(key)) is not None:
+                        return f"A key in {_location(where, trail)} {problem}."
+                children = [(child, depth, (trail, key)) for key, child in item.items()]
+            else:
+                children = [(child, depth, (trail, index)) for index, child in enumerate(item)]
+            pending.extend(reversed(children))  # popped in document order: the first problem is named
+    return None
+
+
+def nested_deeper_than(value: Any, max_depth: int) -> bool:
+    """Whether a decoded JSON value nests more than `max_depth` levels; level by level, no
+    recursion (the API parser's check of a whole request document)."""
+    level, depth = [value], 0
+    while True:
+        containers = [item for item in level if isinstance(item, dict | list)]
+        if not containers:
+            return False
+        depth += 1
+        if depth > max_depth:
+            return True
+        level = []
+        for item in containers:
+            level.extend(item.values() if isinstance(item, dict) else item)
+
+
+_TOP_FIELDS = ("name", "dueAt", "tags", "idempotencyKey")
+_SPEC_FIELDS = ("method", "url", "headers", "body", "timeoutMs")
+
+
+def _unstorable_fields(data: dict[str, Any], errors: _Errors) -> set[str]:
+    """json_value_error over every field of a submission; returns the fields it refused, whose
+    other checks are skipped (one message per field, and no check sees text it cannot read)."""
+    fields = [(name, data[name]) for name in _TOP_FIELDS if name in data]
+    spec = data.get("requestSpec")
+    if isinstance(spec, dict):
+        fields += [(f"requestSpec.{name}", spec[name]) for name in _SPEC_FIELDS if name in spec]
+    refused: set[str] = set()
+    for name, value in fields:
+        if (message := json_value_error(value, where=name)) is not None:
+            errors.add(name, message)
+            refused.add(name)
+    return refused
+
+
+def validate_encodable(data: dict[str, Any]) -> None:
+    """Refuse a submission in the wire shape only for what json_value_error finds: for a stored
+    request run again, whose other fields were checked when it was submitted."""
+    errors = _Errors()
+    _unstorable_fields(data, errors)
+    if errors.errors:
+        raise ValidationFailed(errors.errors)
+
+
+def _names(keys: set[str]) -> str:
+    """Unknown field names for a message, with what cannot be shown replaced (U+FFFD)."""
+    return ", ".join(sorted(_UNSTORABLE.sub("\ufffd", key) for key in keys))
 
 
 def header_name_error(name: Any) -> str | None:
@@ -194,7 +316,7 @@ def clean_tags(raw: Any, errors: _Errors, field_name: str = "tags") -> list[str]
         return []
     tags: list[str] = []
     for tag in raw:
-        if not isinstance(tag, str) or not _TAG_RE.match(tag) or has_surrogates(tag):
+        if not isinstance(tag, str) or not _TAG_RE.match(tag):
             errors.add(field_name, f"Tag {str(tag)[:40]!r} must be 1-{MAX_TAG} characters without whitespace.")
             continue
         if tag not in tags:
@@ -209,6 +331,8 @@ def validate_tags(raw: Any) -> list[str]:
     errors = _Errors()
     if not isinstance(raw, list):
         raise ValidationFailed({"tags": ["Tags must be a list of strings."]})
+    if (message := json_value_error(raw, where="tags")) is not None:
+        raise ValidationFailed({"tags": [message]})
     tags = clean_tags(raw, errors)
     if errors.errors:
         raise ValidationFailed(errors.errors)
@@ -234,14 +358,23 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
     errors = _Errors()
     if not isinstance(data, dict):
         raise ValidationFailed({"body": ["The request body must be a JSON object."]})
+    refused = _unstorable_fields(data, errors)
+    header_problem = (
+        None if idempotency_header is None else json_value_error(idempotency_header, where="Idempotency-Key")
+    )
+    if header_problem is not None and "idempotencyKey" not in refused:
+        errors.add("idempotencyKey", header_problem)
+        refused.add("idempotencyKey")
 
     name = data.get("name")
-    if not isinstance(name, str) or not name.strip():
+    if "name" in refused:
+        name = ""
+    elif not isinstance(name, str) or not name.strip():
         errors.add("name", "A name is required.")
         name = ""
     elif len(name.strip()) > MAX_NAME:
         errors.add("name", f"The name must be at most {MAX_NAME} characters.")
-    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name) or has_surrogates(name):
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         errors.add("name", "The name must not contain control characters.")
 
     spec = data.get("requestSpec")
@@ -251,18 +384,20 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
     else:
         unknown = set(spec) - {"method", "url", "headers", "body", "timeoutMs"}
         if unknown:
-            errors.add("requestSpec", f"Unknown fields: {', '.join(sorted(unknown))}.")
+            errors.add("requestSpec", f"Unknown fields: {_names(unknown)}.")
         method = spec.get("method")
-        if not isinstance(method, str) or method.upper() not in METHODS:
+        if "requestSpec.method" in refused:
+            method = ""
+        elif not isinstance(method, str) or method.upper() not in METHODS:
             errors.add("requestSpec.method", f"method must be one of {', '.join(METHODS)}.")
             method = ""
         else:
             method = method.upper()
         url = spec.get("url")
-        if (message := url_error(url)) is not None:
+        if "requestSpec.url" not in refused and (message := url_error(url)) is not None:
             errors.add("requestSpec.url", message)
         raw_headers = spec.get("headers")
-        if raw_headers is None:
+        if raw_headers is None or "requestSpec.headers" in refused:
             raw_headers = {}
         if not isinstance(raw_headers, dict):
             errors.add("requestSpec.headers", "headers must be an object of strings.")
@@ -283,37 +418,38 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         body = spec.get("body")
         # A GET body is allowed: some APIs read one; the agent sends what was asked.
         try:
-            if body_size(body) > MAX_BODY_BYTES:
+            if "requestSpec.body" not in refused and body_size(body) > MAX_BODY_BYTES:
                 errors.add("requestSpec.body", f"The body is larger than {MAX_BODY_BYTES // 1024} KiB.")
         except ValueError as exc:
             errors.add("requestSpec.body", str(exc))
         raw_timeout = spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS)
         if isinstance(raw_timeout, bool) or not isinstance(raw_timeout, int) or not 1 <= raw_timeout <= MAX_TIMEOUT_MS:
-            errors.add("requestSpec.timeoutMs", f"timeoutMs must be an integer from 1 to {MAX_TIMEOUT_MS}.")
+            if "requestSpec.timeoutMs" not in refused:
+                errors.add("requestSpec.timeoutMs", f"timeoutMs must be an integer from 1 to {MAX_TIMEOUT_MS}.")
         else:
             timeout_ms = raw_timeout
 
     due_at = None
     try:
-        due_at = parse_due_at(data.get("dueAt"))
+        due_at = None if "dueAt" in refused else parse_due_at(data.get("dueAt"))
     except ValueError as exc:
         errors.add("dueAt", str(exc))
 
-    tags = clean_tags(data.get("tags"), errors)
+    tags = [] if "tags" in refused else clean_tags(data.get("tags"), errors)
 
     key = data.get("idempotencyKey")
     if key is not None and idempotency_header is not None and key != idempotency_header:
         errors.add("idempotencyKey", "The body's idempotencyKey differs from the Idempotency-Key header.")
     key = key if key is not None else idempotency_header
-    if key is not None:
+    if key is not None and "idempotencyKey" not in refused:
         if not isinstance(key, str) or not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY:
             errors.add("idempotencyKey", f"idempotencyKey must be 1-{MAX_IDEMPOTENCY_KEY} characters.")
-        elif any(ord(ch) < 33 or ord(ch) == 127 for ch in key) or has_surrogates(key):
+        elif any(ord(ch) < 33 or ord(ch) == 127 for ch in key):
             errors.add("idempotencyKey", "idempotencyKey must not contain whitespace or control characters.")
 
     unknown_top = set(data) - {"name", "requestSpec", "dueAt", "tags", "idempotencyKey"}
     if unknown_top:
-        errors.add("body", f"Unknown fields: {', '.join(sorted(unknown_top))}.")
+        errors.add("body", f"Unknown fields: {_names(unknown_top)}.")
 
     if errors.errors:
         raise ValidationFailed(errors.errors)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 
 from django.contrib import admin, messages
@@ -10,6 +9,7 @@ from django.db.models import Q
 from django.utils.html import format_html
 
 from eventservice.ids import short_id, utcnow
+from eventservice.rendering import display_json
 from outbox.models import OutboxEvent
 from outbox.services import outbox_publish_again
 from tenants.admin import ReadOnlyAdmin, visible_tenant_ids
@@ -117,7 +117,7 @@ class OutboxEventAdmin(ReadOnlyAdmin):
     def envelope(self, obj: OutboxEvent) -> str:
         return format_html(
             '<pre style="white-space:pre-wrap;margin:0">{}</pre>',
-            json.dumps(obj.event_payload, indent=2, ensure_ascii=False),
+            display_json(obj.event_payload),
         )
 
     def has_publish_again_permission(self, request) -> bool:

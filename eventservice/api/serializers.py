@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
-from orchestration.validation import METHODS
+from orchestration.validation import MAX_BODY_DEPTH, METHODS
 
 
 class RequestSpecSerializer(serializers.Serializer):
@@ -23,7 +23,10 @@ class RequestSpecSerializer(serializers.Serializer):
     )
     body = serializers.JSONField(
         required=False, allow_null=True,
-        help_text="A string (sent as is) or any JSON value (sent as JSON). At most 256 KiB.",
+        help_text=(
+            "A string (sent as is) or any JSON value (sent as JSON). At most 256 KiB, nested at most "
+            f"{MAX_BODY_DEPTH} levels; no string or key may hold a NUL (U+0000) or a lone UTF-16 surrogate."
+        ),
     )
     timeoutMs = serializers.IntegerField(min_value=1, max_value=120_000, required=False)
 

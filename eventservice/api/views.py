@@ -216,9 +216,13 @@ class ServiceCallRerunApi(TenantApiView):
         summary="Run a call again",
         parameters=[TENANT_PARAM, CALL_PARAM],
         request=None,
+        description=(
+            "A new call with the same request, due now. 400 if the stored request holds text or nesting "
+            "that submissions are now refused for (a call stored before those rules): nothing is stored."
+        ),
         responses={
             202: OpenApiResponse(s.ServiceCallSerializer, description="The new call; `Location` names it."),
-            **_problems(401, 403, 404),
+            **_problems(400, 401, 403, 404),
         },
     )
     def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 
 from orchestration.secrets import is_secret_header
-from orchestration.validation import MAX_TIMEOUT_MS, METHODS
+from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
 
 # Wire field names (orchestration.validation) -> the control that shows the error.
 WIRE_FIELDS = {
@@ -133,6 +133,8 @@ class RequestForm(forms.Form):
                 cleaned["body_value"] = json.loads(cleaned["body"])
             except ValueError as exc:
                 self.add_error("body", f"The body is not valid JSON: {exc}.")
+            except RecursionError:  # deeper than the decoder goes; shallower ones get the same rule
+                self.add_error("body", f"requestSpec.body is nested deeper than {MAX_BODY_DEPTH} levels.")
         if cleaned.get("when") == self.When.SCHEDULE:
             try:
                 cleaned["due_iso"] = self._due_iso(cleaned)

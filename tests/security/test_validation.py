@@ -6,6 +6,7 @@ edge; the edges' own tests check that a refusal there stores nothing.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,6 +14,10 @@ import pytest
 from eventservice.errors import ValidationFailed
 from orchestration.validation import (
     MAX_BODY_BYTES,
+    MAX_BODY_DEPTH,
+    MAX_DOCUMENT_DEPTH,
+    json_value_error,
+    nested_deeper_than,
     one_year_after,
     parse_due_at,
     validate_submission,
@@ -74,9 +79,9 @@ def test_it_accepts_names_of_1_to_200_characters(name):
         (5, "A name is required."),
         ("a" * 201, "The name must be at most 200 characters."),
         ("line\nbreak", "The name must not contain control characters."),
-        ("nul\x00", "The name must not contain control characters."),
+        ("nul\x00", "name contains a NUL character (U+0000), which cannot be stored."),
         ("del\x7f", "The name must not contain control characters."),
-        ("surrogate\ud800", "The name must not contain control characters."),
+        ("surrogate\ud800", "name contains a lone UTF-16 surrogate (U+D800): it is not valid Unicode text."),
     ],
 )
 def test_it_refuses_bad_names(name, message):
@@ -134,7 +139,7 @@ def test_it_accepts_absolute_http_urls_up_to_2048_characters(url):
         ("http:///path", "name a host"),
         ("http://exa mple.com/", "whitespace"),
         ("http://example.com/\r\nHost: evil", "whitespace"),
-        ("http://example.com/\x00", "control"),
+        ("http://example.com/\x00", "NUL"),
         ("http://example.com\\@127.0.0.1/", "backslash"),
         ("http://user:pw@example.com/", "credentials"),
         ("http://user@example.com/", "credentials"),
@@ -218,7 +223,6 @@ def test_it_refuses_more_than_50_headers():
         "a@b",
         "[x]",
         "X-Tab\t",
-        "\x00",
     ],
 )
 def test_it_refuses_header_names_that_are_not_tokens(name):
@@ -256,7 +260,7 @@ def test_it_refuses_hop_by_hop_and_agent_owned_headers(name):
         ("a\r\nInjected: yes", "CR, LF or NUL"),
         ("a\nb", "CR, LF or NUL"),
         ("a\rb", "CR, LF or NUL"),
-        ("a\x00b", "CR, LF or NUL"),
+        ("a\x00b", "NUL"),
         ("a\x01b", "control"),
         ("a\x7fb", "control"),
         ("snow ☃", "Latin-1"),
@@ -316,6 +320,47 @@ def test_it_refuses_a_body_over_256_kib_counted_in_bytes(body):
 @pytest.mark.parametrize("body", [float("nan"), {"x": float("inf")}, {1, 2}, object(), "lone \udc00 surrogate"])
 def test_it_refuses_a_body_that_is_not_text_or_json(body):
     assert "requestSpec.body" in errors_of(payload(spec={"method": "POST", "body": body}))
+
+
+def _nested(depth, leaf="x"):
+    for _ in range(depth):
+        leaf = [leaf]
+    return leaf
+
+
+def test_any_valid_text_passes_in_a_body_including_characters_beyond_the_bmp():
+    # "\ud83d\ude00" in JSON is one character once decoded: only a lone half is refused.
+    body = {"emoji": json.loads('"\\ud83d\\ude00"'), "ünïcødé ✓": ["\u00a0", "\ufffd", "\uffff"], "tab": "\t"}
+    assert validate_submission(payload(spec={"method": "POST", "body": body})).body == body
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("\ud800", "requestSpec.body contains a lone UTF-16 surrogate (U+D800): it is not valid Unicode text."),
+        ({"a": {"b": ["x", "\udfff"]}}, "requestSpec.body.a.b[1] contains a lone UTF-16 surrogate (U+DFFF): it"),
+        ({"a": [{"k\udc00": 1}]}, "A key in requestSpec.body.a[0] contains a lone UTF-16 surrogate (U+DC00)"),
+        ({"a b": "\x00"}, 'requestSpec.body["a b"] contains a NUL character (U+0000), which cannot be stored.'),
+        ([{"\x00": 1}], "A key in requestSpec.body[0] contains a NUL character (U+0000)"),
+        (_nested(MAX_BODY_DEPTH, _nested(MAX_BODY_DEPTH)), f"requestSpec.body is nested deeper than {MAX_BODY_DEPTH}"),
+    ],
+    ids=["text", "in-lists", "key", "nul", "nul-key", "deep"],
+)
+def test_it_refuses_nul_lone_surrogates_and_deep_nesting_anywhere_in_a_body(body, message):
+    [error] = errors_of(payload(spec={"method": "POST", "body": body}))["requestSpec.body"]
+    assert error.startswith(message)
+
+
+def test_a_body_may_nest_64_levels_and_no_more():
+    assert validate_submission(payload(spec={"method": "POST", "body": _nested(MAX_BODY_DEPTH)})).body
+    assert "requestSpec.body" in errors_of(payload(spec={"method": "POST", "body": _nested(MAX_BODY_DEPTH + 1)}))
+
+
+@pytest.mark.parametrize("depth", [MAX_BODY_DEPTH + 1, 5_000])
+def test_the_nesting_check_itself_never_recurses(depth):
+    # 5,000 levels: deeper than any recursive walk (or repr) could go.
+    assert json_value_error(_nested(depth), where="v") == f"v is nested deeper than {MAX_BODY_DEPTH} levels."
+    assert nested_deeper_than(_nested(depth), MAX_DOCUMENT_DEPTH) == (depth > MAX_DOCUMENT_DEPTH)
 
 
 # --- timeoutMs ------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from django.utils.safestring import mark_safe
 
 from eventservice import ids
 from eventservice.ids import iso_ms
+from eventservice.rendering import display_json
 from orchestration.secrets import redact_headers
 
 register = template.Library()
@@ -58,7 +59,10 @@ def duration(value: float | int | timedelta | None) -> str:
     """Milliseconds (or a timedelta) for people: '85 ms', '1.25 s', '3 min 5 s'."""
     if value is None:
         return "—"
-    ms = value.total_seconds() * 1000 if isinstance(value, timedelta) else float(value)
+    try:
+        ms = value.total_seconds() * 1000 if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):  # a stored outcome without a number here: shown as unknown
+        return "—"
     sign = "−" if ms < 0 else ""
     ms = abs(ms)
     if ms < 1000:
@@ -78,11 +82,12 @@ def pretty_body(value: Any) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        return json.dumps(value, indent=2, ensure_ascii=False)
+        return display_json(value)
     try:
-        return json.dumps(json.loads(value), indent=2, ensure_ascii=False)
-    except ValueError:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):  # not JSON, or deeper than the decoder goes: as it is
         return value
+    return display_json(parsed)
 
 
 @register.filter

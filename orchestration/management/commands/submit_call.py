@@ -13,7 +13,7 @@ from eventservice.errors import ApplicationError
 from eventservice.ids import iso_ms, new_id, utcnow
 from orchestration.management.commands._cli import command_error, require_tenant
 from orchestration.services import service_call_submit
-from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, METHODS, validate_submission
+from orchestration.validation import MAX_AHEAD, MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS, validate_submission
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
 OPTION_OF_FIELD = {
@@ -137,6 +137,8 @@ class Command(BaseCommand):
                 body = json.loads(body)
             except ValueError as exc:
                 raise CommandError(f"--body is not valid JSON: {exc}.") from None
+            except RecursionError:  # deeper than the decoder goes; shallower ones meet validation's limit
+                raise CommandError(f"--body is nested deeper than {MAX_BODY_DEPTH} levels.") from None
         if body is not None:
             spec["body"] = body
         if options["timeout_ms"] is not None:
