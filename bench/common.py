@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+_RUN_SECRET_KEY = secrets.token_urlsafe(50)
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 
 
@@ -37,6 +39,8 @@ def agent_env(data_dir: Path, **extra: str) -> dict[str, str]:
         "PYTHONPATH": str(ROOT),
         "PYTHONUNBUFFERED": "1",
     })
+    # Outside DEBUG the agent refuses to start without a key; every process of one run shares it.
+    env.setdefault("SECRET_KEY", _RUN_SECRET_KEY)
     env.update(extra)
     return env
 

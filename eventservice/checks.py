@@ -35,5 +35,10 @@ def encryption_keys_check(app_configs, **kwargs):
 @register(deploy=True)
 def secret_key_check(app_configs, **kwargs):
     if settings.SECRET_KEY.startswith("dev-insecure"):
-        return [Warning("SECRET_KEY is the development default; set SECRET_KEY.", id="serviceagent.W001")]
+        return [
+            Warning(
+                "SECRET_KEY is the public development key (DEBUG=true and no key given); set SECRET_KEY.",
+                id="serviceagent.W001",
+            )
+        ]
     return []

@@ -7,6 +7,10 @@ import os
 from django.core.exceptions import ImproperlyConfigured
 
 
+class SettingsError(ImproperlyConfigured):
+    """A setting the environment got wrong: manage.py and wsgi.py print it as one line and stop."""
+
+
 def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
@@ -20,7 +24,7 @@ def env_bool(name: str, default: bool) -> bool:
         return True
     if value == "false":
         return False
-    raise ImproperlyConfigured(f"{name} must be 'true' or 'false', got {raw!r}")
+    raise SettingsError(f"{name} must be 'true' or 'false', got {raw!r}")
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
@@ -30,11 +34,11 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
     try:
         value = int(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
     if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name} must be >= {minimum}, got {value}")
+        raise SettingsError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
-        raise ImproperlyConfigured(f"{name} must be <= {maximum}, got {value}")
+        raise SettingsError(f"{name} must be <= {maximum}, got {value}")
     return value
 
 
@@ -43,3 +47,14 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_pair(name: str) -> tuple[str, str] | None:
+    """`a,b` as a pair; unset or empty is None, anything but two non-empty items is refused."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    items = [item.strip() for item in raw.split(",")]
+    if len(items) != 2 or not all(items):
+        raise SettingsError(f"{name} must be two comma-separated values, got {raw!r}")
+    return items[0], items[1]

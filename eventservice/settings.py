@@ -2,25 +2,70 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-from django.core.exceptions import ImproperlyConfigured
+from csp.constants import NONCE, NONE, SELF
 
-from eventservice.env import env_bool, env_int, env_list, env_str
+from eventservice.env import SettingsError, env_bool, env_int, env_list, env_pair, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = env_str("SECRET_KEY", "")
-if not SECRET_KEY:
-    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
-        raise ImproperlyConfigured("SECRET_KEY must be set")
-    # A development fallback; `manage.py check --deploy` warns about it.
-    SECRET_KEY = "dev-insecure-service-agent-key-change-me-in-production-0123456789"
+
+
+def _secret_key() -> str:
+    """SECRET_KEY, else the key file scripts/start writes once, else (DEBUG only) a public dev key.
+
+    Sessions, CSRF tokens, the idempotency fingerprint and, without FIELD_ENCRYPTION_KEYS, the
+    key that seals secret header values all derive from it (docs/security.md#6-deployment-hardening),
+    so a production start on a key printed in this file is refused.
+    """
+    key = env_str("SECRET_KEY", "").strip()
+    if key:
+        return key
+    named = env_str("SECRET_KEY_FILE", "")
+    path = Path(named) if named else DATA_DIR / "secret_key"
+    if path.is_file():
+        key = path.read_text().strip()
+        if not key:
+            raise SettingsError(f"the key file {path} is empty")
+        return key
+    if named:
+        raise SettingsError(f"SECRET_KEY_FILE {path} does not exist")
+    if DEBUG:
+        # `manage.py check --deploy` warns about it (serviceagent.W001).
+        return "dev-insecure-service-agent-key-public-in-the-source-never-use-in-production"
+    raise SettingsError(
+        f"SECRET_KEY is not set: set SECRET_KEY, or SECRET_KEY_FILE, or create {path} "
+        "(scripts/start does), or DEBUG=true for a development key"
+    )
+
+
+SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- HTTPS (all off by default: `scripts/start` serves plain HTTP on 127.0.0.1) ---------------
+# Behind a TLS-terminating proxy, turn these on; `manage.py check --deploy` is then clean
+# (docs/security.md#6-deployment-hardening).
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Probes and scrapers often reach the process itself over plain HTTP; they carry no session.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# `HTTP_X_FORWARDED_PROTO,https`: trust the proxy's header for "this request came over HTTPS".
+# Only set it when the proxy always sets (or strips) that header, or clients could forge it.
+SECURE_PROXY_SSL_HEADER = env_pair("SECURE_PROXY_SSL_HEADER")
+if SECURE_PROXY_SSL_HEADER and not SECURE_PROXY_SSL_HEADER[0].startswith("HTTP_"):
+    raise SettingsError(
+        "SECURE_PROXY_SSL_HEADER must name the header as Django sees it, e.g. HTTP_X_FORWARDED_PROTO,https"
+    )
 
 INSTALLED_APPS = [
     # Our apps first: `workers` hooks django-q2's cluster start.
@@ -43,11 +88,14 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI assets served locally (offline docs)
     "django_q",
+    "axes",  # failed-login lockout (docs/security.md#6-deployment-hardening)
+    "csp",
 ]
 
 MIDDLEWARE = [
     "eventservice.middleware.CorrelationIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "eventservice.middleware.ContentSecurityPolicyMiddleware",  # django-csp, admin exception
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -55,14 +103,34 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a lockout flagged during login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# The pages load nothing from elsewhere and carry no inline script, style or handler, so the
+# policy is strict. The nonce appears only in responses whose template asked for one (the API
+# docs' Swagger UI bootstrap); every other page gets exactly the list below.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+    },
+}
 
 ROOT_URLCONF = "eventservice.urls"
 WSGI_APPLICATION = "eventservice.wsgi.application"
 
 TEMPLATES = [
     {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        # Django's engine; its pages survive stored text no UTF-8 encoder takes (docs/security.md §1).
+        "BACKEND": "eventservice.rendering.DjangoTemplates",
+        "NAME": "django",  # the alias Django's own engine has, which DRF looks up
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
@@ -103,6 +171,23 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+AUTHENTICATION_BACKENDS = [
+    # Refuses a locked-out username/address before any password is checked.
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# After LOGIN_FAILURE_LIMIT failed logins of one username from one address, that pair is
+# refused for LOGIN_COOLOFF_MINUTES. Counted in the database, so every web process agrees.
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # a throttle, not an audit trail of every login
+AXES_LOCKOUT_CALLABLE = "eventservice.dashboard.views.accounts.login_locked_out"
+AXES_CLIENT_IP_CALLABLE = "tenants.authentication.client_ip"
+# How many proxies in front append to X-Forwarded-For: the client is the address the
+# outermost one saw. 0 (direct exposure): the TCP peer, as a client cannot forge it.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0, minimum=0, maximum=10)
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -127,8 +212,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's, with the nesting limit and the rendering fallbacks of docs/security.md §1.
+    "DEFAULT_RENDERER_CLASSES": ["eventservice.api.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["eventservice.api.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "eventservice.api.errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -156,6 +242,31 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("MAX_REQUEST_BYTES", 512 * 1024, minimum=1
 # Each process remembers a live API key this long (a revocation reaches other processes
 # within it); 0 looks every key up on every request.
 API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 5, minimum=0, maximum=300)
+# After API_KEY_FAILURE_LIMIT failed Bearer authentications from one address within
+# API_KEY_FAILURE_WINDOW_SECONDS, that address gets 429 for every key until the window ends.
+# Counted in each process's memory (the `throttle` cache): docs/security.md#6-deployment-hardening.
+API_KEY_FAILURE_LIMIT = env_int("API_KEY_FAILURE_LIMIT", 20, minimum=1)
+API_KEY_FAILURE_WINDOW_SECONDS = env_int("API_KEY_FAILURE_WINDOW_SECONDS", 300, minimum=1, maximum=86_400)
+
+# Per-process memory: the API-key failure counts (tenants/authentication.py) need no shared
+# store to bound guessing, and every Bearer request reads them, so a round trip would cost.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "throttle",
+        "OPTIONS": {"MAX_ENTRIES": 10_000},
+    },
+}
+
+# --- The built-in mock target (/mock/) ----------------------------------------------------------
+# Anonymous, on the same web server as the product: off, it answers 404 everywhere.
+MOCK_TARGET_ENABLED = env_bool("MOCK_TARGET_ENABLED", True)
+# Delayed mock answers each hold a web thread; at most this many per process at once (others
+# get 503 at once), so they can never take every thread from the product's own pages. Keep it
+# below the web server's threads per process (scripts/start: 8). 3 lets the demo's three
+# delayed calls (seed_demo) run side by side.
+MOCK_DELAY_CONCURRENCY = env_int("MOCK_DELAY_CONCURRENCY", 3, minimum=1, maximum=64)
 
 # --- Domain ---------------------------------------------------------------------------------
 EXECUTION_TIMEOUT_MS = env_int("EXECUTION_TIMEOUT_MS", 30_000, minimum=1, maximum=120_000)
@@ -187,6 +298,8 @@ WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 2, minimum=1)
 # A worker session that has not beaten for this long is considered dead.
 WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 10, minimum=2)
 RETENTION_DAYS = env_int("RETENTION_DAYS", 7, minimum=1)
+# Published outbox events older than this are deleted by the retention loop; 0 keeps them.
+OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 30, minimum=0)
 ENGINE_ENABLED = env_bool("ENGINE_ENABLED", True)
 
 Q_BROKER = env_str("Q_BROKER", "orm")  # "orm" or a redis:// URL
@@ -202,6 +315,9 @@ Q_CLUSTER = {
     "poll": 0.05,
     "guard_cycle": 0.5,
     "catch_up": False,
+    # The product creates no django-q2 schedules (its timers are its own): a Schedule row,
+    # however it got into the database, never runs a function (docs/security.md §5).
+    "scheduler": False,
     "save_limit": 1000,
     "label": "Workers (django-q2)",
 }
@@ -210,7 +326,7 @@ if Q_BROKER == "orm":
 elif Q_BROKER.startswith(("redis://", "rediss://")):
     Q_CLUSTER["redis"] = Q_BROKER
 else:
-    raise ImproperlyConfigured("Q_BROKER must be 'orm' or a redis:// URL")
+    raise SettingsError("Q_BROKER must be 'orm' or a redis:// URL")
 
 # --- Event sinks ----------------------------------------------------------------------------
 NATS_URL = env_str("NATS_URL", "")
@@ -229,6 +345,8 @@ LOGGING = {
     "loggers": {
         # django-q2 logs as "django-q" (conf.py), not under its package name.
         "django-q": {"level": env_str("Q_LOG_LEVEL", "WARNING")},
+        # django-axes: failed logins and lockouts are warnings; its INFO lines are start-up noise.
+        "axes": {"level": "WARNING"},
         # The event sink logs every published event; quiet it with EVENT_LOG_LEVEL=WARNING.
         "serviceagent.events": {"level": env_str("EVENT_LOG_LEVEL", "INFO")},
     },

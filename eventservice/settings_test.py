@@ -10,6 +10,9 @@ os.environ.setdefault("EGRESS_ALLOWLIST", "127.0.0.0/8,::1")
 os.environ.setdefault("DATA_DIR", tempfile.mkdtemp(prefix="service-agent-tests-"))
 os.environ.setdefault("EVENT_LOG_LEVEL", "WARNING")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
+# A fixed test key, in the environment so the qcluster and gunicorn processes that tests start
+# (they read eventservice.settings) share it: secrets sealed here must open there.
+os.environ.setdefault("SECRET_KEY", "test-only-service-agent-key-not-secret-0123456789abcdefghij")
 
 from eventservice.settings import *  # noqa: E402,F403
 from eventservice.settings import DATABASES  # noqa: E402
@@ -30,3 +33,6 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Tests revoke keys and expect the next request to be refused in the same process anyway;
 # no cache keeps every test independent of the others' lookups.
 API_KEY_CACHE_SECONDS = 0
+
+# Many tests present bad API keys from 127.0.0.1 in one process; the limit has its own tests.
+API_KEY_FAILURE_LIMIT = 1_000_000

@@ -1,12 +1,24 @@
-"""DRF authentication by `Authorization: Bearer <api key>`; the key names one tenant."""
+"""DRF authentication by `Authorization: Bearer <api key>`; the key names one tenant.
+
+An address that keeps presenting bad keys is refused for a while (429), whatever key it sends
+next: docs/security.md#6-deployment-hardening.
+"""
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from dataclasses import dataclass
 
+from django.conf import settings
+from django.core.cache import caches
 from rest_framework import authentication, exceptions
 
 from tenants.selectors import api_key_lookup
+
+THROTTLE_CACHE = "throttle"
+_failures_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -25,6 +37,48 @@ class ApiKeyPrincipal:
         return f"apikey:{self.key_id}"
 
 
+def client_ip(request) -> str:
+    """The client's address: the TCP peer, or with TRUSTED_PROXY_COUNT proxies in front, the
+    entry the outermost of them appended to X-Forwarded-For (what a client sends sits left of it).
+
+    Also django-axes' AXES_CLIENT_IP_CALLABLE, so logins and API keys count the same address.
+    """
+    count = settings.TRUSTED_PROXY_COUNT
+    if count:
+        hops = [hop.strip() for hop in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if hop.strip()]
+        if len(hops) >= count:
+            return hops[-count]
+    return request.META.get("REMOTE_ADDR", "")
+
+
+def _failures_key(address: str) -> str:
+    return f"api-key-failures:{address}"
+
+
+def api_key_failures_wait(*, address: str) -> float:
+    """Seconds until this address may try keys again; 0 when it may now."""
+    entry = caches[THROTTLE_CACHE].get(_failures_key(address))
+    if entry is None:
+        return 0.0
+    count, window_end = entry
+    remaining = window_end - time.time()
+    return remaining if count >= settings.API_KEY_FAILURE_LIMIT and remaining > 0 else 0.0
+
+
+def api_key_failure_record(*, address: str) -> None:
+    """Count one failed authentication in the address's window (opened by its first failure)."""
+    cache = caches[THROTTLE_CACHE]
+    key = _failures_key(address)
+    now = time.time()
+    # The cache is per process; the lock keeps this process's count exact under threads.
+    with _failures_lock:
+        entry = cache.get(key)
+        if entry is None or entry[1] <= now:
+            entry = (0, now + settings.API_KEY_FAILURE_WINDOW_SECONDS)
+        count, window_end = entry[0] + 1, entry[1]
+        cache.set(key, (count, window_end), timeout=max(1, math.ceil(window_end - now)))
+
+
 class ApiKeyAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
@@ -35,10 +89,21 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         parts = header.split()
         if parts[0] != self.keyword:
             return None
+        address = client_ip(request)
+        # Checked before the key: a good key answering 200 where bad ones get 429 would tell
+        # a guesser which of its guesses was right.
+        wait = api_key_failures_wait(address=address)
+        if wait:
+            raise exceptions.Throttled(
+                wait=math.ceil(wait),
+                detail="Too many failed API key authentications from your address; try again later.",
+            )
         if len(parts) != 2:
+            api_key_failure_record(address=address)
             raise exceptions.AuthenticationFailed("Malformed Authorization header.")
         key = api_key_lookup(raw_key=parts[1])
         if key is None:
+            api_key_failure_record(address=address)
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
         return ApiKeyPrincipal(tenant_id=key.tenant_id, key_id=key.pk), key
 

@@ -1,7 +1,10 @@
 """The dashboard's current tenant: chosen in the header, kept in the session.
 
 Only tenants the user belongs to can be chosen (superusers: any tenant); a stale or foreign
-choice in the session falls back to the user's first tenant.
+choice in the session falls back to the user's first tenant. Only a POST to the switcher
+changes it: a GET never does, whatever link it came from (a page elsewhere could otherwise
+flip a user's tenant before they submit a call), so a link naming another of the user's
+tenants offers the switch instead (docs/security.md#6-deployment-hardening).
 """
 
 from __future__ import annotations
@@ -35,8 +38,16 @@ def resolve_tenant(request: HttpRequest) -> Tenant | None:
     return current
 
 
+def member_tenant(request: HttpRequest, tenant_id: str) -> Tenant | None:
+    """tenant_id if it is one of the user's tenants (after resolve_tenant), else None."""
+    return next((tenant for tenant in request.tenants if tenant.id == tenant_id), None)
+
+
 def tenant_switch(request: HttpRequest, tenant_id: str) -> bool:
-    """Make tenant_id current if the user may act for it; False (and no change) otherwise."""
+    """Make tenant_id current if the user may act for it; False (and no change) otherwise.
+
+    Only the switcher's POST calls this.
+    """
     if not user_can_access_tenant(user=request.user, tenant_id=tenant_id):
         return False
     request.session[SESSION_KEY] = tenant_id

@@ -1,22 +1,30 @@
-"""The built-in mock target: a harmless HTTP peer to try calls against offline (SPEC §7).
+"""The built-in mock target: a harmless HTTP peer to try calls against offline (docs/commands.md).
 
 No authentication, any method, no CSRF. Every route takes `?status=<code>` and `?delay=<ms>`,
-so `/mock/echo?status=201&delay=200` answers 201 after 200 ms. The work is bounded: delays
-are capped, and at most MAX_BODY_BYTES of a request body is read.
+so `/mock/echo?status=201&delay=200` answers 201 after 200 ms. It shares the web server with the
+product, so its work is bounded (docs/security.md#6-deployment-hardening): delays are capped at
+MAX_DELAY_MS, at most MOCK_DELAY_CONCURRENCY delayed answers wait at once per process (more get
+503 at once), at most MAX_BODY_BYTES of a request body is read, and MOCK_TARGET_ENABLED=false
+turns it all off (404).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import math
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from orchestration.secrets import redact_headers
 
-MAX_DELAY_MS = 30_000
+MAX_DELAY_MS = 10_000
 MAX_BODY_BYTES = 64 * 1024
 # Statuses whose responses carry no body (RFC 9110 §6.4.1).
 _NO_BODY = {204, 205, 304}
@@ -54,6 +62,38 @@ class _BadQuery(ValueError):
     pass
 
 
+_slots_lock = threading.Lock()
+_slots: dict[int, threading.BoundedSemaphore] = {}
+
+
+def _delay_slots() -> threading.BoundedSemaphore:
+    """This process's slots for delayed answers (one semaphore per configured size)."""
+    size = settings.MOCK_DELAY_CONCURRENCY
+    with _slots_lock:
+        return _slots.setdefault(size, threading.BoundedSemaphore(size))
+
+
+def _mock_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Any method without a CSRF token; 404 when the mock target is turned off."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not settings.MOCK_TARGET_ENABLED:
+            return JsonResponse({"error": "The mock target is turned off here."}, status=404)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _quiet(response: HttpResponse) -> HttpResponse:
+    response["Cache-Control"] = "no-store"
+    # A chosen 4xx/5xx (or a busy 503) is the mock doing its job, not a server error: keep it
+    # out of django.request's error log.
+    response._has_been_logged = True
+    return response
+
+
 def _int_param(request: HttpRequest, name: str, low: int, high: int) -> int | None:
     raw = request.GET.get(name)
     if raw is None or raw == "":
@@ -75,17 +115,25 @@ def _respond(request: HttpRequest, payload: dict[str, Any], *, status: int = 200
     except _BadQuery as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     if delay_ms:
-        time.sleep(min(delay_ms, MAX_DELAY_MS) / 1000)
-        payload = {**payload, "delayedMs": min(delay_ms, MAX_DELAY_MS)}
+        delay_ms = min(delay_ms, MAX_DELAY_MS)
+        slots = _delay_slots()
+        # Never wait for a slot: a queue of sleepers would hold web threads just the same.
+        if not slots.acquire(blocking=False):
+            busy = JsonResponse(
+                {"error": "The mock target is busy with other delayed answers; try again later."}, status=503
+            )
+            busy["Retry-After"] = str(math.ceil(MAX_DELAY_MS / 1000))
+            return _quiet(busy)
+        try:
+            time.sleep(delay_ms / 1000)
+        finally:
+            slots.release()
+        payload = {**payload, "delayedMs": delay_ms}
     if status in _NO_BODY or status < 200:
         response = HttpResponse(status=status)
     else:
         response = HttpResponse(json.dumps(payload), status=status, content_type="application/json")
-    response["Cache-Control"] = "no-store"
-    # A chosen 4xx/5xx is the mock doing its job, not a server error: keep it out of
-    # django.request's error log.
-    response._has_been_logged = True
-    return response
+    return _quiet(response)
 
 
 def _read_body(request: HttpRequest) -> tuple[bytes, bool]:
@@ -94,12 +142,12 @@ def _read_body(request: HttpRequest) -> tuple[bytes, bool]:
     return data[:MAX_BODY_BYTES], len(data) > MAX_BODY_BYTES
 
 
-@csrf_exempt
+@_mock_view
 def index(request: HttpRequest) -> HttpResponse:
     return _respond(request, {"service": "mock-target", "routes": ROUTES, "queryOptions": QUERY_OPTIONS})
 
 
-@csrf_exempt
+@_mock_view
 def echo(request: HttpRequest, rest: str = "") -> HttpResponse:
     raw, truncated = _read_body(request)
     text = raw.decode("utf-8", "replace")
@@ -121,18 +169,18 @@ def echo(request: HttpRequest, rest: str = "") -> HttpResponse:
     return _respond(request, payload)
 
 
-@csrf_exempt
+@_mock_view
 def status(request: HttpRequest, code: int) -> HttpResponse:
     if not 100 <= code <= 599:
         return JsonResponse({"error": "The status must be from 100 to 599."}, status=400)
     return _respond(request, {"status": code}, status=code)
 
 
-@csrf_exempt
+@_mock_view
 def delay(request: HttpRequest, ms: int) -> HttpResponse:
     return _respond(request, {"requestedMs": ms}, delay_ms=min(ms, MAX_DELAY_MS))
 
 
-@csrf_exempt
+@_mock_view
 def fixed_json(request: HttpRequest) -> HttpResponse:
     return _respond(request, FIXED_DOCUMENT)

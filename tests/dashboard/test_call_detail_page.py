@@ -89,15 +89,20 @@ def test_an_outsider_gets_404_for_another_tenants_call(outsider_client, world):
     assert outsider_client.get(f"/calls/{call.pk}/").status_code == 404
 
 
-def test_a_call_of_another_of_the_users_tenants_opens_and_becomes_current(owner_client, world):
+def test_a_call_of_another_of_the_users_tenants_opens_and_offers_the_switch(owner_client, world):
     from eventservice.dashboard.tenancy import SESSION_KEY
 
     membership_add(username="owner", tenant_id="globex")
     call = submit("globex", "shared link")
     owner_client.get("/calls/")
     assert owner_client.session[SESSION_KEY] == "acme"
-    assert owner_client.get(f"/calls/{call.pk}/").status_code == 200
-    assert owner_client.session[SESSION_KEY] == "globex"
+    response = owner_client.get(f"/calls/{call.pk}/")
+    html = response.content.decode()
+    assert response.status_code == 200 and "shared link" in html
+    assert "This call belongs to <strong>Globex</strong>" in html
+    assert f'<input type="hidden" name="next" value="/calls/{call.pk}/">' in html
+    # Opening a link never changes the current tenant; the offered POST does.
+    assert owner_client.session[SESSION_KEY] == "acme"
 
 
 def test_a_rerun_links_back_to_its_original(owner_client, world):

@@ -1,4 +1,4 @@
-"""The header's tenant switcher: the current tenant lives in the session, only own tenants."""
+"""The header's tenant switcher: the current tenant lives in the session, only own tenants, only by POST."""
 
 from eventservice.dashboard.tenancy import SESSION_KEY
 from tenants.services import membership_add
@@ -59,18 +59,60 @@ def test_switching_needs_a_post(owner_client):
     assert owner_client.get("/tenant/").status_code == 405
 
 
-def test_a_shared_list_link_opens_under_its_tenant_for_a_member_of_it(owner_client, world):
+def test_a_shared_list_link_of_another_own_tenant_offers_the_switch_and_changes_nothing(owner_client, world):
     membership_add(username="owner", tenant_id="globex")
+    submit("acme", "acme call")
     submit("globex", "globex call")
     owner_client.get("/calls/")
-    html = owner_client.get("/calls/?tenant=globex&q=globex").content.decode()
-    assert "globex call" in html
-    assert owner_client.session[SESSION_KEY] == "globex"
+    response = owner_client.get("/calls/?tenant=globex&q=globex")
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert owner_client.session[SESSION_KEY] == "acme"
+    assert "This link is for Globex" in html
+    assert "globex call" not in html and "acme call" not in html
+    # The offer is a CSRF-protected POST that comes back to the link.
+    assert 'action="/tenant/"' in html and 'name="csrfmiddlewaretoken"' in html
     assert '<input type="hidden" name="tenant" value="globex">' in html
+    assert '<input type="hidden" name="next" value="/calls/?tenant=globex&amp;q=globex">' in html
+
+
+def test_accepting_the_offer_switches_and_opens_the_link(owner_client, world):
+    membership_add(username="owner", tenant_id="globex")
+    submit("globex", "globex call")
+    response = owner_client.post("/tenant/", {"tenant": "globex", "next": "/calls/?tenant=globex&q=globex"})
+    assert response.status_code == 302 and response["Location"] == "/calls/?tenant=globex&q=globex"
+    assert owner_client.session[SESSION_KEY] == "globex"
+    html = owner_client.get(response["Location"]).content.decode()
+    assert "globex call" in html
+    assert '<input type="hidden" name="tenant" value="globex">' in html
+
+
+def test_the_switch_never_redirects_off_site(owner_client, world):
+    membership_add(username="owner", tenant_id="globex")
+    response = owner_client.post("/tenant/", {"tenant": "globex", "next": "https://evil.example/calls/"})
+    assert response["Location"] == "/calls/"
+
+
+def test_a_link_to_the_current_tenant_just_opens(owner_client, world):
+    membership_add(username="owner", tenant_id="globex")
+    submit("acme", "acme call")
+    html = owner_client.get("/calls/?tenant=acme").content.decode()
+    assert "acme call" in html and "This link is for" not in html
+
+
+def test_a_switch_with_a_csrf_token_missing_is_refused(client, world):
+    from django.test import Client
+
+    membership_add(username="owner", tenant_id="globex")
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(world.owner)
+    strict.get("/calls/")
+    assert strict.post("/tenant/", {"tenant": "globex"}).status_code == 403
+    assert strict.session[SESSION_KEY] == "acme"
 
 
 def test_a_list_link_of_a_foreign_tenant_shows_the_users_own_calls(outsider_client, world):
     submit("acme", "acme call")
     html = outsider_client.get("/calls/?tenant=acme").content.decode()
-    assert "acme call" not in html
+    assert "acme call" not in html and "This link is for" not in html
     assert outsider_client.session[SESSION_KEY] == "globex"

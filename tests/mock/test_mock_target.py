@@ -1,4 +1,4 @@
-"""The built-in mock target at /mock/ (SPEC §7), and the egress decision that lets calls reach it."""
+"""The built-in mock target at /mock/ (docs/commands.md), and the egress decision that lets calls reach it."""
 
 import time
 
@@ -115,12 +115,53 @@ def test_delay_waits_then_answers_200(client):
 
 
 def test_delay_is_capped(client, monkeypatch):
-    # The cap is 30 s; a small one keeps the test quick while checking the same code path.
+    # The cap is 10 s; a small one keeps the test quick while checking the same code path.
     monkeypatch.setattr(views, "MAX_DELAY_MS", 50)
     started = time.monotonic()
     response = client.get("/mock/delay/3600000")
     assert time.monotonic() - started < 2
     assert response.json() == {"requestedMs": 3600000, "delayedMs": 50}
+
+
+def test_delays_are_capped_at_ten_seconds():
+    assert views.MAX_DELAY_MS == 10_000
+
+
+@override_settings(MOCK_DELAY_CONCURRENCY=1)
+def test_a_delayed_answer_beyond_the_slots_gets_503_at_once(client):
+    slots = views._delay_slots()
+    assert slots.acquire(blocking=False)  # another request is sleeping in the only slot
+    try:
+        started = time.monotonic()
+        response = client.get("/mock/delay/5000")
+        assert time.monotonic() - started < 1
+        assert response.status_code == 503
+        assert response["Retry-After"] == "10"
+        assert "busy" in response.json()["error"]
+        # Answers without a delay need no slot.
+        assert client.get("/mock/json").status_code == 200
+    finally:
+        slots.release()
+    assert client.get("/mock/echo?delay=20").status_code == 200
+
+
+@override_settings(MOCK_DELAY_CONCURRENCY=1)
+def test_a_slot_is_given_back_when_the_answer_is_sent(client):
+    for _ in range(3):
+        assert client.get("/mock/delay/10").status_code == 200
+    assert views._delay_slots().acquire(blocking=False)
+    views._delay_slots().release()
+
+
+@override_settings(MOCK_TARGET_ENABLED=False)
+@pytest.mark.parametrize(
+    "path", ["/mock/", "/mock/echo", "/mock/echo/a/b", "/mock/status/200", "/mock/delay/5000", "/mock/json"]
+)
+def test_turned_off_every_route_answers_404_at_once(client, path):
+    started = time.monotonic()
+    response = client.post(path)
+    assert response.status_code == 404
+    assert time.monotonic() - started < 1
 
 
 def test_json_answers_the_fixed_document(client):
@@ -140,7 +181,7 @@ def test_query_options_combine_status_and_delay(client):
     assert body["query"] == {"status": ["201"], "delay": ["200"]}
 
 
-@pytest.mark.parametrize("query", ["status=abc", "status=99", "status=600", "delay=-1", "delay=30001", "delay=1.5"])
+@pytest.mark.parametrize("query", ["status=abc", "status=99", "status=600", "delay=-1", "delay=10001", "delay=1.5"])
 def test_query_options_out_of_range_are_refused(client, query):
     started = time.monotonic()
     response = client.get(f"/mock/json?{query}")
@@ -159,7 +200,7 @@ def test_the_default_egress_policy_allows_the_agents_own_mock_target():
     # Decision level only: resolving an address literal sends nothing.
     target = policy.resolve("http://127.0.0.1:8000/mock/echo")
     assert (target.address, target.port) == ("127.0.0.1", 8000)
-    assert str(policy.check_address("127.0.0.1", 8000, "127.0.0.1")) == "127.0.0.1"
+    assert str(policy.check_address("127.0.0.1", 8000, "127.0.0.1", path="/mock/echo")) == "127.0.0.1"
 
 
 @override_settings(EGRESS_ALLOWLIST=[], AGENT_BASE_URL="http://127.0.0.1:8000")
@@ -174,7 +215,7 @@ def test_the_default_egress_policy_still_refuses_other_loopback_ports():
 @override_settings(EGRESS_ALLOWLIST=[], AGENT_BASE_URL="http://localhost:8123")
 def test_a_localhost_base_url_allows_both_loopback_addresses_on_its_port():
     policy = EgressPolicy.from_settings()
-    assert str(policy.check_address("localhost", 8123, "127.0.0.1")) == "127.0.0.1"
-    assert str(policy.check_address("localhost", 8123, "::1")) == "::1"
+    assert str(policy.check_address("localhost", 8123, "127.0.0.1", path="/mock/json")) == "127.0.0.1"
+    assert str(policy.check_address("localhost", 8123, "::1", path="/mock/json")) == "::1"
     with pytest.raises(EgressDenied):
         policy.check_address("localhost", 8000, "127.0.0.1")

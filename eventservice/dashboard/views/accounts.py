@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.contrib.auth.forms import AuthenticationForm
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -18,12 +21,24 @@ class LoginView(auth_views.LoginView):
     redirect_authenticated_user = True
 
 
+def login_locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
+    """django-axes' lockout answer (AXES_LOCKOUT_CALLABLE): the login page saying why, 429."""
+    minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    username = (credentials or {}).get("username") or request.POST.get("username", "")
+    form = AuthenticationForm(request, initial={"username": username})
+    context = {"form": form, "next": request.POST.get("next", ""), "locked_out_minutes": minutes}
+    response = render(request, "registration/login.html", context, status=429)
+    response["Retry-After"] = str(minutes * 60)
+    return response
+
+
 @require_POST
 @login_required
 def switch_tenant(request: HttpRequest) -> HttpResponse:
     tenant_id = request.POST.get("tenant", "")
     if tenant_switch(request, tenant_id):
-        # Filters and calls of the previous tenant mean nothing under the new one.
-        return HttpResponseRedirect(reverse("dashboard:calls"))
+        # From the header: filters and calls of the previous tenant mean nothing under the new
+        # one. From a link's prompt (`next`): back to that link, which names the new tenant.
+        return redirect_back(request, reverse("dashboard:calls"))
     messages.error(request, "You are not a member of that tenant.")
     return redirect_back(request, reverse("dashboard:calls"))

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from eventservice.dashboard.tenancy import resolve_tenant, tenant_required, tenant_switch
+from eventservice.dashboard.tenancy import member_tenant, tenant_required
 from eventservice.ids import iso_ms
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import FAVORITE_TAG, ServiceCall
@@ -31,10 +31,13 @@ def _page_size(raw: str | None) -> int:
 @tenant_required
 @require_GET
 def calls_page(request: HttpRequest) -> HttpResponse:
-    # A shared link names its tenant: a member of it sees that tenant's list (others: their own).
+    # A shared link names its tenant. A member of it is offered the switch (a POST) and comes
+    # back to the same link; the link alone never switches. Anyone else sees their own list.
     wanted = request.GET.get("tenant")
-    if wanted and wanted != request.tenant.id and tenant_switch(request, wanted):
-        resolve_tenant(request)
+    if wanted and wanted != request.tenant.id:
+        other = member_tenant(request, wanted)
+        if other is not None:
+            return render(request, "dashboard/tenant_prompt.html", {"other": other, "next": request.get_full_path()})
     tenant_id = request.tenant.id
     filterset = ServiceCallFilter(
         request.GET, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id

@@ -8,20 +8,23 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from eventservice.dashboard.selectors import call_tenant_id
-from eventservice.dashboard.tenancy import SESSION_KEY
+from eventservice.dashboard.tenancy import member_tenant
 from eventservice.errors import NotFound
 from orchestration.models import ServiceCall
 from orchestration.selectors import service_call_get
 
 
 def call_for_request(request: HttpRequest, service_call_id: uuid.UUID) -> ServiceCall:
-    """The call if it belongs to one of the user's tenants (that tenant becomes current), else 404."""
+    """The call if it belongs to one of the user's tenants, else 404.
+
+    A call of another of the user's tenants is shown as it is, and the page offers the switch
+    (request.other_tenant): opening a link must not change the current tenant (tenancy.py).
+    """
     tenant_id = call_tenant_id(service_call_id=service_call_id, tenant_ids=[t.id for t in request.tenants])
     if tenant_id is None:
         raise Http404("No such service call.")
     if tenant_id != request.tenant.id:
-        request.session[SESSION_KEY] = tenant_id
-        request.tenant = next(t for t in request.tenants if t.id == tenant_id)
+        request.other_tenant = member_tenant(request, tenant_id)
     try:
         return service_call_get(tenant_id=tenant_id, service_call_id=service_call_id)
     except NotFound:

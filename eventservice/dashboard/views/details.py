@@ -17,6 +17,7 @@ from eventservice.dashboard.timeline import call_timeline
 from eventservice.dashboard.views.common import call_for_request, json_error, redirect_back, wants_json
 from eventservice.errors import NotFound, ValidationFailed
 from eventservice.ids import short_id
+from eventservice.rendering import json_response
 from execution.selectors import attempts_for_call
 from orchestration.models import FAVORITE_TAG
 from orchestration.selectors import service_call_get, tags_of
@@ -59,7 +60,7 @@ def call_detail(request: HttpRequest, service_call_id: uuid.UUID) -> HttpRespons
 def call_live(request: HttpRequest, service_call_id: uuid.UUID) -> JsonResponse:
     """The call as the API shows it, for pages that follow it while it runs."""
     call = call_for_request(request, service_call_id)
-    return JsonResponse(service_call_representation(call))
+    return json_response(service_call_representation(call))
 
 
 @tenant_required
@@ -124,6 +125,11 @@ def call_rerun(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse
             tenant_id=call.tenant_id, service_call_id=call.service_call_id, correlation_id=request.correlation_id
         )
     except NotFound:
+        return redirect_back(request, _detail_url(call))
+    except ValidationFailed as exc:  # a stored request validation now refuses (docs/security.md §1)
+        for field_messages in exc.errors.values():
+            for message in field_messages:
+                messages.error(request, message)
         return redirect_back(request, _detail_url(call))
     messages.success(request, f"Submitted again as {short_id(new_call.service_call_id)}.")
     return HttpResponseRedirect(_detail_url(new_call))

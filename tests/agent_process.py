@@ -1,0 +1,115 @@
+"""The agent as a real process for tests: its environment, `manage.py`, and gunicorn on 127.0.0.1.
+
+Each server binds a free loopback port, is waited for with a deadline and is killed (its whole
+process group) when the block ends, also when the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+GUNICORN = Path(sys.executable).with_name("gunicorn")
+
+
+def agent_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    """eventservice.settings on SQLite in data_dir, the test run's SECRET_KEY, quiet logs."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "PYTEST", "SECURE_", "SESSION_", "CSRF_"))
+        and key not in ("DATABASE_URL", "SECRET_KEY_FILE")
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "eventservice.settings",
+            "DATA_DIR": str(data_dir),
+            "DEBUG": "false",
+            "LOG_LEVEL": "WARNING",
+            "EVENT_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(ROOT),
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def manage(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def gunicorn(env: dict[str, str], *, workers: int = 1, threads: int = 4, timeout: float = 30) -> Iterator[int]:
+    """Serve eventservice.wsgi on a free 127.0.0.1 port; yields the port once it accepts."""
+    port = free_port()
+    log_path = Path(env["DATA_DIR"]) / f"gunicorn-{port}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [
+                str(GUNICORN),
+                "eventservice.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"gunicorn not listening after {timeout}s: {log_path.read_text()[-2000:]}"
+                    ) from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        # SIGINT is gunicorn's quick shutdown: requests still sleeping are not waited for.
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
