@@ -236,7 +236,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     # secret response headers (Set-Cookie, ...) are redacted before anything stores them.
     snippet = _scrub(snippet_bytes.decode("utf-8", errors="replace"), secrets)
     headers_out = {
-        name: _scrub(value, secrets)
+        _scrub(name, secrets): _scrub(value, secrets)
         for name, value in redact_headers(dict(list(response.headers.items())[: settings.RESPONSE_MAX_HEADERS])).items()
     }
     status = response.status_code
@@ -412,8 +412,9 @@ def _short(exc: BaseException) -> str:
 
 
 def _scrub(message: str, secrets: list[str]) -> str:
-    """No secret header value survives in a message, whatever library echoed it."""
+    """No secret header value survives in a message, whatever library echoed it; and no NUL,
+    which a hostile target may send but PostgreSQL's text and jsonb cannot store."""
     for value in secrets:
         if len(value) >= 4:
             message = message.replace(value, REDACTED)
-    return message
+    return message.replace("\x00", "\ufffd")

@@ -236,3 +236,18 @@ def test_hostile_targets_of_one_tenant_never_delay_another_tenants_call(world, h
     kinds = {ServiceCall.objects.get(pk=c.pk).error_kind for c in hostile}
     assert kinds <= {ErrorKind.TIMEOUT, ErrorKind.NETWORK_ERROR, None}
     assert ErrorKind.TIMEOUT in kinds
+
+
+# --- Bytes a database cannot hold -------------------------------------------------------------
+
+
+def test_a_nul_in_the_response_body_or_headers_is_stored_as_a_replacement_character(world, engine):
+    # PostgreSQL's text and jsonb refuse U+0000: unscrubbed, finishing this call would fail.
+    body = b'{"a":"x\x00y"}'
+    with listening("127.0.0.1", respond(body=body, headers=[("X-Odd", "a\x00b")])) as target:
+        call = _submit("acme", target.url())
+        done = wait_for(lambda: (c := ServiceCall.objects.get(pk=call.pk)).is_terminal and c, timeout=10)
+    meta = done.outcome_meta["responseMeta"]
+    assert done.status == ServiceCall.Status.SUCCEEDED
+    assert meta["bodySnippet"] == '{"a":"x\ufffdy"}'
+    assert meta["headers"]["X-Odd"] == "a\ufffdb"
