@@ -7,7 +7,7 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eventservice.settings")
     from django.core.management import execute_from_command_line
 
-    from eventservice.env import SettingsError
+    from core.env import SettingsError
 
     try:
         execute_from_command_line(sys.argv)

@@ -61,7 +61,7 @@ def start_workers(children: Children, env: dict[str, str], *, name: str = "agent
 
 def _submit(tenant_id: str, url: str, dues: list[float], prefix: str) -> dict[str, float]:
     """Submit one call per due time (in due order); returns submission statistics."""
-    from eventservice.ids import iso_ms
+    from core.ids import iso_ms
     from orchestration.services import service_call_submit
     from orchestration.validation import validate_submission
 

@@ -7,19 +7,6 @@ from django.core.checks import Error, Warning, register
 
 
 @register()
-def egress_allowlist_check(app_configs, **kwargs):
-    from execution.egress import parse_allow_rule
-
-    errors = []
-    for entry in settings.EGRESS_ALLOWLIST:
-        try:
-            parse_allow_rule(entry)
-        except ValueError as exc:
-            errors.append(Error(f"EGRESS_ALLOWLIST entry {entry!r} is invalid: {exc}", id="serviceagent.E001"))
-    return errors
-
-
-@register()
 def encryption_keys_check(app_configs, **kwargs):
     from cryptography.fernet import Fernet
 

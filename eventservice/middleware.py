@@ -8,8 +8,8 @@ import re
 from csp.constants import UNSAFE_INLINE
 from csp.middleware import CSPMiddleware, PolicyParts
 
-from eventservice.ids import new_id
-from eventservice.logging import log_context
+from core.ids import new_id
+from core.logging import log_context
 
 HEADER = "X-Correlation-Id"
 _VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")

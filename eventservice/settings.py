@@ -8,7 +8,7 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
-from eventservice.env import SettingsError, env_bool, env_int, env_list, env_pair, env_str
+from core.env import SettingsError, env_bool, env_int, env_list, env_pair, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
@@ -129,7 +129,7 @@ WSGI_APPLICATION = "eventservice.wsgi.application"
 TEMPLATES = [
     {
         # Django's engine; its pages survive stored text no UTF-8 encoder takes (docs/security.md §1).
-        "BACKEND": "eventservice.rendering.DjangoTemplates",
+        "BACKEND": "core.rendering.DjangoTemplates",
         "NAME": "django",  # the alias Django's own engine has, which DRF looks up
         "DIRS": [BASE_DIR / "templates"],
         "APP_DIRS": True,
@@ -336,8 +336,8 @@ LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "eventservice.logging.ContextFilter"}},
-    "formatters": {"json": {"()": "eventservice.logging.JsonFormatter"}},
+    "filters": {"context": {"()": "core.logging.ContextFilter"}},
+    "formatters": {"json": {"()": "core.logging.JsonFormatter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context"]},
     },

@@ -3,7 +3,7 @@ import sys
 
 from django.core.wsgi import get_wsgi_application
 
-from eventservice.env import SettingsError
+from core.env import SettingsError
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "eventservice.settings")
 try:

@@ -7,9 +7,9 @@ import uuid
 from django.contrib import admin
 from django.db.models import Q
 
-from eventservice.ids import short_id
+from core.admin import headers_table
+from core.ids import short_id
 from execution.models import HttpExecution
-from orchestration.admin import headers_table
 from tenants.admin import ReadOnlyAdmin
 
 

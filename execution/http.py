@@ -35,6 +35,7 @@ import urllib3.exceptions
 from django.conf import settings
 from django.db import connection
 
+from core.secrets import REDACTED, is_secret_header, redact_headers
 from execution.egress import EgressDenied, EgressPolicy, host_header, refused_header, use_deadline
 from execution.outcomes import ErrorKind, Outcome
 from execution.transport import (
@@ -46,7 +47,6 @@ from execution.transport import (
     may_send_again,
     new_connections_only,
 )
-from orchestration.secrets import REDACTED, is_secret_header, redact_headers
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,12 @@ from typing import Any
 
 from django.db import transaction
 
-from eventservice.db import update_many
-from eventservice.ids import new_id, utcnow
+from core.db import update_many
+from core.ids import new_id, utcnow
+from core.secrets import redact_headers
 from execution.http import HttpRequest, encode_body, sent_headers
 from execution.models import HttpExecution
 from execution.outcomes import ErrorKind, Outcome
-from orchestration.secrets import redact_headers
 
 REQUEST_BODY_SNIPPET = 4096
 

@@ -14,13 +14,12 @@ from django.contrib import admin, messages
 from django.db.models import Count, Prefetch, Q
 from django.utils.html import format_html, format_html_join
 
-from eventservice.api.representation import outcome_representation
-from eventservice.ids import new_id, short_id
-from eventservice.rendering import display_json
+from core.ids import new_id, short_id
+from core.rendering import display_json
 from execution.models import HttpExecution
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import ServiceCall, ServiceCallTag
-from orchestration.secrets import redact_headers
+from orchestration.representation import outcome_representation
 from orchestration.services import public_request_spec, service_call_rerun
 from outbox.models import OutboxEvent
 from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, visible_tenant_ids
@@ -33,16 +32,6 @@ TAG_CHOICES_LIMIT = 100
 def pretty_json(value) -> str:
     return format_html(
         '<pre style="white-space:pre-wrap;margin:0">{}</pre>', display_json(value)
-    )
-
-
-def headers_table(headers) -> str:
-    pairs = redact_headers(headers).items()
-    if not pairs:
-        return "—"
-    return format_html(
-        "<table>{}</table>",
-        format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", pairs),
     )
 
 

@@ -21,7 +21,7 @@ from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
 
-from eventservice.errors import ValidationFailed
+from core.errors import ValidationFailed
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
 from orchestration.validation import validate_tags
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
-from eventservice.errors import NotFound
+from core.errors import NotFound
 from orchestration.models import ServiceCall, ServiceCallTag
 
 

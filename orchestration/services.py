@@ -11,7 +11,7 @@ import hmac
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,12 +19,12 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from eventservice.db import update_many
-from eventservice.errors import Conflict, NotFound
-from eventservice.ids import iso_ms, new_id, utcnow
+from core.db import update_many
+from core.errors import Conflict, NotFound
+from core.ids import iso_ms, new_id, utcnow
+from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
-from orchestration.secrets import SecretUnavailable, redact_headers, seal_headers, unseal_headers
 from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
@@ -326,15 +326,26 @@ def _get(tenant_id: str, service_call_id: uuid.UUID | str) -> ServiceCall:
 
 
 def service_call_tags_set(
-    *, tenant_id: str, service_call_id: uuid.UUID | str, tags: list[str], correlation_id: str | None = None
+    *,
+    tenant_id: str,
+    service_call_id: uuid.UUID | str,
+    tags: list[str],
+    keep_favorite: bool = False,
+    correlation_id: str | None = None,
 ) -> ServiceCall:
-    """Replace the tag set; appends ServiceCallTagged when anything changed."""
+    """Replace the tag set; appends ServiceCallTagged when anything changed. With
+    `keep_favorite` the star (tag `favorite`) stays as it is, whatever `tags` holds: the
+    dashboard's tag editor shows the star apart from the other tags."""
+    if keep_favorite:
+        tags = [tag for tag in tags if tag != FAVORITE_TAG]
     tags = validate_tags(tags)
     with transaction.atomic():
         call = _get(tenant_id, service_call_id)
         current = set(
             ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call=call).values_list("tag", flat=True)
         )
+        if keep_favorite and FAVORITE_TAG in current:
+            tags = validate_tags([*tags, FAVORITE_TAG])  # the star counts toward the limit
         added = [tag for tag in tags if tag not in current]
         removed = sorted(current - set(tags))
         if not added and not removed:
@@ -392,3 +403,62 @@ def service_call_rerun(
         rerun_of=original.service_call_id, sealed_headers=dict(spec.get("headers") or {}),
     )
     return call
+
+
+# --- Secrets at rest: key rotation (docs/security.md §4) ---------------------------------
+
+
+@dataclass
+class RotationResult:
+    examined: int = 0
+    rotated: int = 0
+    failed: list[str] | None = None
+
+
+def _batches(batch_size: int) -> Iterator[list[tuple[Any, dict]]]:
+    last = None
+    while True:
+        rows = ServiceCall.objects.order_by("service_call_id")
+        if last is not None:
+            rows = rows.filter(service_call_id__gt=last)
+        batch = list(rows.values_list("service_call_id", "request_spec")[:batch_size])
+        if not batch:
+            return
+        last = batch[-1][0]
+        yield batch
+
+
+def sealed_values_rotate(*, batch_size: int = 500, dry_run: bool = False) -> RotationResult:
+    """Re-encrypt every sealed header value of every call under the first key, in batches
+    (each batch one transaction, each row a conditional update on its old spec). A row
+    sealed under a key no longer configured is reported in `failed` and left as it is."""
+    result = RotationResult(failed=[])
+    for batch in _batches(batch_size):
+        updates = []
+        for service_call_id, spec in batch:
+            result.examined += 1
+            headers = (spec or {}).get("headers") or {}
+            if not any(is_sealed(value) for value in headers.values()):
+                continue
+            try:
+                rotated = rotate_sealed(headers)
+            except SecretUnavailable:
+                result.failed.append(str(service_call_id))  # type: ignore[union-attr]
+                continue
+            if rotated != headers:
+                updates.append((service_call_id, spec, {**spec, "headers": rotated}))
+        if dry_run or not updates:
+            result.rotated += len(updates)
+            continue
+        with transaction.atomic():
+            for service_call_id, old_spec, new_spec in updates:
+                current = (
+                    ServiceCall.objects.select_for_update()
+                    .filter(pk=service_call_id)
+                    .values_list("request_spec", flat=True)
+                    .first()
+                )
+                if current != old_spec:  # changed meanwhile (a rerun copies, never edits): skip
+                    continue
+                result.rotated += ServiceCall.objects.filter(pk=service_call_id).update(request_spec=new_spec)
+    return result

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
-from eventservice.errors import ValidationFailed
-from eventservice.ids import utcnow
+from core.errors import ValidationFailed
+from core.ids import utcnow
 from execution.egress import REFUSED_HEADERS as _EGRESS_REFUSED_HEADERS
 from execution.egress import EgressPolicy, client_host, parse_ip_literal, refused_header
 

@@ -8,8 +8,8 @@ from django.contrib import admin, messages
 from django.db.models import Q
 from django.utils.html import format_html
 
-from eventservice.ids import short_id, utcnow
-from eventservice.rendering import display_json
+from core.ids import short_id, utcnow
+from core.rendering import display_json
 from outbox.models import OutboxEvent
 from outbox.services import outbox_publish_again
 from tenants.admin import ReadOnlyAdmin, visible_tenant_ids

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from outbox.models import OutboxEvent
 from outbox.sinks import Sink, configured_sinks
 

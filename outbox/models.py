@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from eventservice.fields import JSONField
+from core.fields import JSONField
 
 
 class OutboxEvent(models.Model):

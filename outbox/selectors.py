@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.models import F, QuerySet
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from outbox.models import OutboxEvent
 
 # The events tail waits this long behind a tenant's unpublished event, so a client polling

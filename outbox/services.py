@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from eventservice.ids import epoch_ms, new_id
+from core.ids import epoch_ms, new_id
 from outbox.models import OutboxEvent
 
 

@@ -16,6 +16,7 @@ from django.core.cache import caches
 from rest_framework import authentication, exceptions
 
 from tenants.selectors import api_key_lookup
+from tenants.services import api_key_touch
 
 THROTTLE_CACHE = "throttle"
 _failures_lock = threading.Lock()
@@ -105,6 +106,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if key is None:
             api_key_failure_record(address=address)
             raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
+        api_key_touch(api_key=key)
         return ApiKeyPrincipal(tenant_id=key.tenant_id, key_id=key.pk), key
 
     def authenticate_header(self, request) -> str:

@@ -8,7 +8,6 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from tenants.models import ApiKey, Tenant
 from tenants.services import hash_api_key
@@ -26,7 +25,8 @@ def api_key_forget(*, key_hash: str) -> None:
 
 
 def api_key_lookup(*, raw_key: str) -> ApiKey | None:
-    """The live key with this value (id, tenant and last use only: it runs on every API call)."""
+    """The live key with this value (id, tenant and last use only: it runs on every API call).
+    Reads only: tenants.services.api_key_touch records the use."""
     key_hash = hash_api_key(raw_key)
     ttl = settings.API_KEY_CACHE_SECONDS
     with _key_cache_lock:
@@ -42,11 +42,6 @@ def api_key_lookup(*, raw_key: str) -> ApiKey | None:
         api_key_forget(key_hash=key_hash)
         return None
     pk, tenant_id, last_used_at = row[0]
-    # Touch at most once a minute: a write per request would cost the hot path.
-    now = timezone.now()
-    if last_used_at is None or (now - last_used_at).total_seconds() > 60:
-        ApiKey.objects.filter(pk=pk).update(last_used_at=now)
-        last_used_at = now
     if ttl > 0:
         with _key_cache_lock:
             _key_cache[key_hash] = (time.monotonic(), pk, tenant_id, last_used_at)

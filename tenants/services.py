@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from eventservice.errors import NotFound, ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from tenants.models import ApiKey, Membership, Tenant, tenant_slug_validator
 
 KEY_PREFIX = "sa_"
@@ -74,3 +74,22 @@ def api_key_revoke(*, key_ids: list[int], tenant_ids: set[str] | None = None) ->
     for key_hash in hashes:  # refused at once here; other processes within API_KEY_CACHE_SECONDS
         api_key_forget(key_hash=key_hash)
     return revoked
+
+
+# A key's last use is recorded at most this often: a write per API request would cost the hot path.
+API_KEY_TOUCH_SECONDS = 60
+
+
+def api_key_touch(*, api_key: ApiKey) -> None:
+    """Record that `api_key` was used now (at most once a minute per key)."""
+    from django.utils import timezone
+
+    from tenants.selectors import api_key_forget
+
+    now = timezone.now()
+    if api_key.last_used_at is not None and (now - api_key.last_used_at).total_seconds() <= API_KEY_TOUCH_SECONDS:
+        return
+    ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+    api_key.last_used_at = now
+    # The remembered row holds the old time: the next lookup reads the new one.
+    api_key_forget(key_hash=api_key.key_hash)

@@ -8,7 +8,7 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from timer.models import TimerSchedule
 
 

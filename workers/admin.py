@@ -12,7 +12,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.utils.html import format_html
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from tenants.admin import ReadOnlyMixin
 from workers.models import LoopRun, WorkerSession
 

@@ -26,7 +26,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
 from orchestration.services import CallKey

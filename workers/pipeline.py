@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from django.db import transaction
 
-from eventservice.logging import log_context
+from core.logging import log_context
 from execution.http import HttpRequest, perform
 from execution.outcomes import Outcome
 from execution.services import Attempt, AttemptOrder, attempts_begin, attempts_finish

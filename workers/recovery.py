@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from django.conf import settings
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from execution.models import HttpExecution
 from execution.outcomes import Outcome
 from execution.selectors import attempts_by_call, attempts_sending

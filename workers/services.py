@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
-from eventservice.ids import new_id, utcnow
+from core.ids import new_id, utcnow
 from workers.models import LoopRun, WorkerSession
 
 

@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
-from eventservice.errors import NotFound, ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from tenants.authentication import ApiKeyPrincipal
 from tenants.selectors import user_can_access_tenant
 

@@ -16,7 +16,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from eventservice.errors import ApplicationError
+from core.errors import ApplicationError
 
 logger = logging.getLogger("eventservice.api")
 

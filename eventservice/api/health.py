@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count
 
-from eventservice.ids import iso_ms, utcnow
+from core.ids import iso_ms, utcnow
 from execution.models import HttpExecution
 from orchestration.selectors import status_counts
 from outbox.selectors import outbox_backlog

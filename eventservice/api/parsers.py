@@ -13,7 +13,7 @@ from typing import Any
 
 from rest_framework import parsers
 
-from eventservice.errors import ValidationFailed
+from core.errors import ValidationFailed
 from orchestration.validation import MAX_DOCUMENT_DEPTH, nested_deeper_than
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from rest_framework import renderers
 
-from eventservice.rendering import clipped
+from core.rendering import clipped
 
 
 class _AsciiJSONRenderer(renderers.JSONRenderer):

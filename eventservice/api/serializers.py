@@ -1,7 +1,7 @@
 """Serializers that describe the wire shapes in the OpenAPI schema.
 
 Input is checked by orchestration.validation (one validator for every edge: API, pages,
-commands) and output is built by eventservice.api.representation; these classes document
+commands) and output is built by orchestration.representation; these classes document
 those shapes for drf-spectacular, and a test keeps them equal to what the builder emits.
 """
 

@@ -2,7 +2,7 @@
 
 Input is checked by orchestration.validation, state changes go through
 orchestration.services, reads through selectors, and output through
-eventservice.api.representation.
+orchestration.representation.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.errors import NotFound, ValidationFailed
 from eventservice.api import serializers as s
 from eventservice.api.base import (
     DEFAULT_LIMIT,
@@ -27,15 +28,14 @@ from eventservice.api.base import (
     parse_limit,
 )
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from eventservice.api.representation import (
+from execution.selectors import attempts_for_call
+from orchestration.filters import ServiceCallFilter, filter_errors
+from orchestration.models import ServiceCall
+from orchestration.representation import (
     event_representation,
     service_call_detail_representation,
     service_call_representation,
 )
-from eventservice.errors import NotFound, ValidationFailed
-from execution.selectors import attempts_for_call
-from orchestration.filters import ServiceCallFilter, filter_errors
-from orchestration.models import ServiceCall
 from orchestration.selectors import service_call_get, service_calls_for_tenant
 from orchestration.services import service_call_rerun, service_call_submit, service_call_tags_set
 from orchestration.validation import validate_submission

@@ -11,7 +11,7 @@ from typing import Any
 
 from django import forms
 
-from orchestration.secrets import is_secret_header
+from core.secrets import is_secret_header
 from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
 
 # Wire field names (orchestration.validation) -> the control that shows the error.

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from orchestration.secrets import redact_headers
+from core.secrets import redact_headers
 
 MAX_DELAY_MS = 10_000
 MAX_BODY_BYTES = 64 * 1024

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from outbox.dispatcher import dispatch_batch
 from outbox.models import OutboxEvent
 from outbox.sinks import LogSink

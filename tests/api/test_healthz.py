@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.test import Client
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from tests.api.conftest import submit
 from workers.models import WorkerSession
 

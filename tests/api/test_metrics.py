@@ -8,7 +8,7 @@ from datetime import timedelta
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.services import service_call_finish, service_call_start
 from tests.api.conftest import submit

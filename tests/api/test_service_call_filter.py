@@ -115,7 +115,7 @@ def test_filters_return_the_right_rows(world):
 def test_uuid7_floor_orders_with_the_ids_minted_at_that_time():
     from datetime import UTC, datetime
 
-    from eventservice.ids import new_id
+    from core.ids import new_id
 
     before = datetime.now(UTC)
     minted = new_id()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from core.secrets import unseal_headers
 from orchestration.models import ServiceCall
-from orchestration.secrets import unseal_headers
 from tests.api.conftest import assert_problem, call_url, stored_counts, submit
 
 

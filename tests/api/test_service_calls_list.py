@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from eventservice.ids import iso_ms
+from core.ids import iso_ms
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_finish, service_call_start

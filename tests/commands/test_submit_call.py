@@ -7,9 +7,9 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 from django.core.management.base import CommandError
 
+from core.secrets import unseal_headers
 from orchestration.management.commands.submit_call import parse_in
 from orchestration.models import ServiceCall, ServiceCallTag
-from orchestration.secrets import unseal_headers
 from outbox.models import OutboxEvent
 from tests.commands.cli import call, run_manage
 from timer.models import TimerSchedule

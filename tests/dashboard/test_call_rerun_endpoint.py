@@ -1,7 +1,7 @@
 """'Run again' on the details page."""
 
+from core.secrets import unseal_headers
 from orchestration.models import ServiceCall
-from orchestration.secrets import unseal_headers
 from tests.dashboard.helpers import failed, submit
 
 

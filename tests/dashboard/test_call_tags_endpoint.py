@@ -34,3 +34,21 @@ def test_an_outsider_cannot_tag_another_tenants_call(outsider_client, world):
     call = submit("acme", "private", tags=["mine"])
     assert outsider_client.post(f"/calls/{call.pk}/tags", {"tags": "hijacked"}).status_code == 404
     assert _tags(call) == {"mine"}
+
+
+def test_a_form_that_does_not_validate_is_refused_and_changes_nothing(owner_client, world):
+    # Before, the view ignored form.is_valid(): an over-long field silently cleared the tags.
+    call = submit("acme", "tagged", tags=["old"])
+    response = owner_client.post(f"/calls/{call.pk}/tags", {"tags": "a " * 1500}, HTTP_ACCEPT="application/json")
+    assert response.status_code == 400
+    assert "tags" in response.json()["errors"]
+    assert _tags(call) == {"old"}
+
+
+def test_the_star_counts_toward_the_tag_limit_when_it_is_kept(owner_client, world):
+    call = submit("acme", "tagged", tags=["old"])
+    service_call_favorite_set(tenant_id="acme", service_call_id=call.pk, favorite=True)
+    twenty = " ".join(f"t{n}" for n in range(20))
+    response = owner_client.post(f"/calls/{call.pk}/tags", {"tags": twenty}, HTTP_ACCEPT="application/json")
+    assert response.status_code == 400
+    assert _tags(call) == {"old", "favorite"}

@@ -4,8 +4,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from core.secrets import SEALED, unseal_headers
 from orchestration.models import ServiceCall, ServiceCallTag
-from orchestration.secrets import SEALED, unseal_headers
 
 
 def _form(**overrides):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.secrets import redact_headers
 from execution.http import USER_AGENT, HttpRequest, perform
 from execution.models import HttpExecution
-from orchestration.secrets import redact_headers
 from orchestration.services import CallKey, service_call_submit
 from orchestration.validation import validate_submission
 from tests.security.listeners import listening, respond

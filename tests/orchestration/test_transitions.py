@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from eventservice.errors import Conflict
+from core.errors import Conflict
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.services import (
@@ -146,7 +146,7 @@ def test_rerun_submits_a_new_call_with_the_same_request_and_sealed_secrets(world
 
 
 def test_an_unknown_call_is_not_found(world):
-    from eventservice.errors import NotFound
+    from core.errors import NotFound
 
     with pytest.raises(NotFound):
         service_call_tags_set(tenant_id="acme", service_call_id=uuid.uuid4(), tags=[])

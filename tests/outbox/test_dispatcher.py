@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.db import transaction
 
-from eventservice.ids import new_id, utcnow
+from core.ids import new_id, utcnow
 from outbox.dispatcher import dispatch_batch
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append, outbox_publish_again

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from django.db import transaction
 
-from eventservice.ids import new_id, utcnow
+from core.ids import new_id, utcnow
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append, outbox_delete_published_before
 from tests.conftest import wait_for

@@ -21,7 +21,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from eventservice.ids import short_id
+from core.ids import short_id
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.services import CallKey, service_call_submit
 from orchestration.validation import validate_submission

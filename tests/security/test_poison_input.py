@@ -14,9 +14,9 @@ import pytest
 from django.db import DataError, connection, transaction
 from django.template import engines
 
-from eventservice.ids import utcnow
-from eventservice.logging import JsonFormatter
-from eventservice.rendering import CLIPPED, DjangoTemplates, clipped, display_json, json_response
+from core.ids import utcnow
+from core.logging import JsonFormatter
+from core.rendering import CLIPPED, DjangoTemplates, clipped, display_json, json_response
 from execution.models import HttpExecution
 from orchestration.models import ServiceCall
 from orchestration.validation import MAX_BODY_DEPTH, MAX_DOCUMENT_DEPTH

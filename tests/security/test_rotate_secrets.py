@@ -11,8 +11,8 @@ from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 
+from core.secrets import SEALED, derived_key, unseal_headers
 from orchestration.models import ServiceCall
-from orchestration.secrets import SEALED, derived_key, unseal_headers
 from orchestration.services import service_call_submit
 from orchestration.validation import validate_submission
 

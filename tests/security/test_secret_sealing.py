@@ -1,12 +1,11 @@
-"""orchestration.secrets: which headers are secret, sealing at rest, redaction for display."""
+"""core.secrets: which headers are secret, sealing at rest, redaction for display."""
 
 from __future__ import annotations
 
 import pytest
 from cryptography.fernet import Fernet
 
-from orchestration.models import ServiceCall
-from orchestration.secrets import (
+from core.secrets import (
     REDACTED,
     SEALED,
     SecretUnavailable,
@@ -16,6 +15,7 @@ from orchestration.secrets import (
     seal_headers,
     unseal_headers,
 )
+from orchestration.models import ServiceCall
 from orchestration.services import service_call_submit
 from orchestration.validation import validate_submission
 

@@ -40,7 +40,7 @@ class _Capture(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
-        from eventservice.logging import JsonFormatter
+        from core.logging import JsonFormatter
 
         self.setFormatter(JsonFormatter())
         self.lines: list[str] = []

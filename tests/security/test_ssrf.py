@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 from django.test import override_settings
 
-from eventservice.errors import ValidationFailed
+from core.errors import ValidationFailed
 from execution.egress import EgressPolicy
 from execution.http import HttpRequest, perform
 from execution.outcomes import ErrorKind

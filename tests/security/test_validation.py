@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from eventservice.errors import ValidationFailed
+from core.errors import ValidationFailed
 from orchestration.validation import (
     MAX_BODY_BYTES,
     MAX_BODY_DEPTH,

@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from eventservice.ids import utcnow
+from core.ids import utcnow
 from execution.http import HttpRequest
 from execution.models import HttpExecution
 from execution.outcomes import Outcome

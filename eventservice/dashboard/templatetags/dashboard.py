@@ -11,10 +11,10 @@ from django.http import QueryDict
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from eventservice import ids
-from eventservice.ids import iso_ms
-from eventservice.rendering import display_json
-from orchestration.secrets import redact_headers
+from core import ids
+from core.ids import iso_ms
+from core.rendering import display_json
+from core.secrets import redact_headers
 
 register = template.Library()
 

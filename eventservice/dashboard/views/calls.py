@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from core.ids import iso_ms
 from eventservice.dashboard.tenancy import member_tenant, tenant_required
-from eventservice.ids import iso_ms
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import FAVORITE_TAG, ServiceCall
 from orchestration.selectors import service_calls_for_tenant, tags_of

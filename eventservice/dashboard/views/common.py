@@ -7,9 +7,9 @@ import uuid
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from core.errors import NotFound
 from eventservice.dashboard.selectors import call_tenant_id
 from eventservice.dashboard.tenancy import member_tenant
-from eventservice.errors import NotFound
 from orchestration.models import ServiceCall
 from orchestration.selectors import service_call_get
 

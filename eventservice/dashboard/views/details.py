@@ -10,16 +10,16 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from eventservice.api.representation import outcome_representation, service_call_representation
+from core.errors import NotFound, ValidationFailed
+from core.ids import short_id
+from core.rendering import json_response
 from eventservice.dashboard.forms import FavoriteForm, TagsForm, split_tags
 from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.timeline import call_timeline
 from eventservice.dashboard.views.common import call_for_request, json_error, redirect_back, wants_json
-from eventservice.errors import NotFound, ValidationFailed
-from eventservice.ids import short_id
-from eventservice.rendering import json_response
 from execution.selectors import attempts_for_call
 from orchestration.models import FAVORITE_TAG
+from orchestration.representation import outcome_representation, service_call_representation
 from orchestration.selectors import service_call_get, tags_of
 from orchestration.services import (
     public_request_spec,
@@ -69,14 +69,14 @@ def call_tags(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse:
     """Replace the tags shown in the editor; the star (tag `favorite`) is kept as it is."""
     call = call_for_request(request, service_call_id)
     form = TagsForm(request.POST)
-    form.is_valid()
-    keep_star = [FAVORITE_TAG] if FAVORITE_TAG in tags_of(call) else []
-    tags = [tag for tag in split_tags(form.cleaned_data.get("tags", "")) if tag != FAVORITE_TAG] + keep_star
     try:
+        if not form.is_valid():
+            raise _invalid(form)
         service_call_tags_set(
             tenant_id=call.tenant_id,
             service_call_id=call.service_call_id,
-            tags=tags,
+            tags=split_tags(form.cleaned_data["tags"]),
+            keep_favorite=True,
             correlation_id=request.correlation_id,
         )
     except ValidationFailed as exc:
@@ -97,9 +97,10 @@ def call_tags(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse:
 def call_favorite(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse:
     call = call_for_request(request, service_call_id)
     form = FavoriteForm(request.POST)
-    form.is_valid()
-    favorite = bool(form.cleaned_data.get("favorite"))
     try:
+        if not form.is_valid():
+            raise _invalid(form)
+        favorite = form.cleaned_data["favorite"]
         service_call_favorite_set(
             tenant_id=call.tenant_id,
             service_call_id=call.service_call_id,
@@ -133,3 +134,7 @@ def call_rerun(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse
         return redirect_back(request, _detail_url(call))
     messages.success(request, f"Submitted again as {short_id(new_call.service_call_id)}.")
     return HttpResponseRedirect(_detail_url(new_call))
+
+
+def _invalid(form) -> ValidationFailed:
+    return ValidationFailed({name: list(errors) for name, errors in form.errors.items()})

@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
+from core.errors import Conflict, ValidationFailed
 from eventservice.dashboard.forms import RequestForm
 from eventservice.dashboard.tenancy import tenant_required
-from eventservice.errors import Conflict, ValidationFailed
 from orchestration.services import service_call_submit
 from orchestration.validation import validate_submission
 

@@ -12,9 +12,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from core.ids import utcnow
 from eventservice.dashboard.selectors import recent_failed_calls
 from eventservice.dashboard.tenancy import resolve_tenant
-from eventservice.ids import utcnow
 from orchestration.selectors import status_counts
 from outbox.selectors import outbox_backlog
 from timer.selectors import timers_backlog

@@ -10,12 +10,12 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.http import QueryDict
 
-from eventservice.api.representation import service_call_representation
-from eventservice.ids import short_id
+from core.ids import short_id
 from orchestration.filters import ServiceCallFilter, filter_errors
-from orchestration.management.commands._cli import require_tenant
 from orchestration.models import ServiceCall
+from orchestration.representation import service_call_representation
 from orchestration.selectors import service_calls_for_tenant, tags_of
+from tenants.cli import require_tenant
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 200  # the API's page limit

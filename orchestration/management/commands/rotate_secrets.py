@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestration.secrets import sealed_values_rotate
+from orchestration.services import sealed_values_rotate
 
 
 class Command(BaseCommand):

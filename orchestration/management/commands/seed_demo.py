@@ -14,9 +14,9 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from eventservice.errors import ApplicationError
-from eventservice.ids import iso_ms, new_id, utcnow
-from orchestration.management.commands._cli import command_error
+from core.cli import command_error
+from core.errors import ApplicationError
+from core.ids import iso_ms, new_id, utcnow
 from orchestration.models import FAVORITE_TAG, ServiceCall
 from orchestration.services import service_call_submit
 from orchestration.validation import validate_submission

@@ -9,11 +9,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from eventservice.errors import ApplicationError
-from eventservice.ids import iso_ms, new_id, utcnow
-from orchestration.management.commands._cli import command_error, require_tenant
+from core.cli import command_error
+from core.errors import ApplicationError
+from core.ids import iso_ms, new_id, utcnow
 from orchestration.services import service_call_submit
 from orchestration.validation import MAX_AHEAD, MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS, validate_submission
+from tenants.cli import require_tenant
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
 OPTION_OF_FIELD = {

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from eventservice.errors import ApplicationError
-from orchestration.management.commands._cli import command_error, require_tenant
+from core.cli import command_error
+from core.errors import ApplicationError
+from tenants.cli import require_tenant
 from tenants.models import Membership
 from tenants.services import membership_add
 

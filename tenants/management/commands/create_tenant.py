@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from eventservice.errors import ApplicationError
-from orchestration.management.commands._cli import command_error
+from core.cli import command_error
+from core.errors import ApplicationError
 from tenants.services import tenant_create
 
 

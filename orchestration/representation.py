@@ -11,10 +11,10 @@ from typing import Any
 
 from django.urls import reverse
 
-from eventservice.ids import iso_ms
+from core.ids import iso_ms
+from core.secrets import redact_headers
 from execution.models import HttpExecution
 from orchestration.models import FAVORITE_TAG, ServiceCall
-from orchestration.secrets import redact_headers
 from orchestration.selectors import tags_of
 from orchestration.services import public_request_spec
 from outbox.models import OutboxEvent

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from eventservice.errors import ApplicationError, ValidationFailed
-from tenants.models import Tenant
+from core.errors import ApplicationError, ValidationFailed
 
 
 def command_error(exc: ApplicationError, *, options: dict[str, str] | None = None) -> CommandError:
@@ -17,10 +16,3 @@ def command_error(exc: ApplicationError, *, options: dict[str, str] | None = Non
             lines.extend(f"  {label}: {message}" for message in messages)
         return CommandError("\n".join(lines))
     return CommandError(exc.detail)
-
-
-def require_tenant(tenant_id: str) -> None:
-    if not Tenant.objects.filter(id=tenant_id).exists():
-        raise CommandError(
-            f"Tenant {tenant_id!r} does not exist (create it with: manage.py create_tenant {tenant_id})."
-        )
