@@ -38,8 +38,9 @@ def ensure_tenant(slug: str) -> None:
         tenant_create(slug=slug, name=slug)
 
 
-def start_workers(children: Children, env: dict[str, str], *, name: str = "agent-qcluster",
-                  workers: int = 2, timeout: float = 60.0) -> Child:
+def start_workers(
+    children: Children, env: dict[str, str], *, name: str = "agent-qcluster", workers: int = 2, timeout: float = 60.0
+) -> Child:
     """Start `manage.py qcluster`; ready when its worker processes' sessions beat."""
     from workers.models import WorkerSession
 
@@ -49,9 +50,9 @@ def start_workers(children: Children, env: dict[str, str], *, name: str = "agent
     def ready() -> bool:
         if child.proc.poll() is not None:
             raise RuntimeError(f"{name} exited early:\n{child.tail()}")
-        return WorkerSession.objects.filter(
-            started_at__gte=since, status=WorkerSession.Status.RUNNING
-        ).count() >= workers
+        return (
+            WorkerSession.objects.filter(started_at__gte=since, status=WorkerSession.Status.RUNNING).count() >= workers
+        )
 
     if not wait_until(ready, timeout=timeout, interval=0.1):
         raise RuntimeError(f"{name} not ready within {timeout}s:\n{child.tail()}")
@@ -74,7 +75,9 @@ def _submit(tenant_id: str, url: str, dues: list[float], prefix: str) -> dict[st
             "dueAt": iso_ms(datetime.fromtimestamp(due, UTC)),
             "tags": ["bench", prefix],
         }
-        service_call_submit(tenant_id=tenant_id, submission=validate_submission(data), correlation_id=f"{prefix}-{index}")
+        service_call_submit(
+            tenant_id=tenant_id, submission=validate_submission(data), correlation_id=f"{prefix}-{index}"
+        )
         if time.time() > due:
             late += 1
     elapsed = time.perf_counter() - started
@@ -94,10 +97,13 @@ def _wait_terminal(tenant_id: str, count: int, *, timeout: float) -> int:
 def _wait_published(tenant_id: str, *, timeout: float) -> bool:
     from outbox.models import OutboxEvent
 
-    return bool(wait_until(
-        lambda: not OutboxEvent.objects.filter(tenant_id=tenant_id, published_at__isnull=True).exists(),
-        timeout=timeout, interval=0.05,
-    ))
+    return bool(
+        wait_until(
+            lambda: not OutboxEvent.objects.filter(tenant_id=tenant_id, published_at__isnull=True).exists(),
+            timeout=timeout,
+            interval=0.05,
+        )
+    )
 
 
 def submit_ms_per_call(url: str, *, samples: int = 50) -> float:
@@ -112,8 +118,9 @@ def lead_for(count: int, per_call_ms: float, minimum: float) -> float:
     return max(minimum, 1.3 * count * per_call_ms / 1000 + 1.0)
 
 
-def lateness(*, url: str, count: int, lead: float = 3.0, spread: float = 10.0, seed: int = 12,
-             window: Window = nullcontext) -> dict:
+def lateness(
+    *, url: str, count: int, lead: float = 3.0, spread: float = 10.0, seed: int = 12, window: Window = nullcontext
+) -> dict:
     """`count` calls due uniformly over [t+lead, t+lead+spread]; startedAt - dueAt.
 
     `window` wraps the wait from just before the first due time until all are done.
@@ -135,14 +142,22 @@ def lateness(*, url: str, count: int, lead: float = 3.0, spread: float = 10.0, s
     with window():
         finished = _wait_terminal(LATENESS_TENANT, count, timeout=max(0.0, dues[-1] - time.time()) + 30)
         _wait_published(LATENESS_TENANT, timeout=30)
-    rows = list(ServiceCall.objects.filter(tenant_id=LATENESS_TENANT).exclude(started_at=None)
-                .values_list("due_at", "started_at", "status"))
+    rows = list(
+        ServiceCall.objects.filter(tenant_id=LATENESS_TENANT)
+        .exclude(started_at=None)
+        .values_list("due_at", "started_at", "status")
+    )
     values = [(started - due).total_seconds() for due, started, _ in rows]
     failed = sum(1 for *_, status in rows if status == ServiceCall.Status.FAILED)
     return {
-        "calls": count, "terminal": finished, "failed": failed, "submission": submit, "lead_s": lead,
+        "calls": count,
+        "terminal": finished,
+        "failed": failed,
+        "submission": submit,
+        "lead_s": lead,
         "submitted_before_window": submit["seconds"] < lead,
-        "lateness_ms": summary_ms(values), "early": sum(1 for v in values if v < 0),
+        "lateness_ms": summary_ms(values),
+        "early": sum(1 for v in values if v < 0),
     }
 
 
@@ -169,18 +184,22 @@ def drain(*, url: str, count: int, lead: float, window: Window = nullcontext) ->
     first_started = min(calls.exclude(started_at=None).values_list("started_at", flat=True))
     last_started = max(calls.exclude(started_at=None).values_list("started_at", flat=True))
     last_logged = max(
-        HttpExecution.objects.filter(tenant_id=DRAIN_TENANT).exclude(finished_at=None)
+        HttpExecution.objects.filter(tenant_id=DRAIN_TENANT)
+        .exclude(finished_at=None)
         .values_list("finished_at", flat=True)
     )
-    events = list(OutboxEvent.objects.filter(tenant_id=DRAIN_TENANT).values_list(
-        "event_type", "created_at", "published_at"))
+    events = list(
+        OutboxEvent.objects.filter(tenant_id=DRAIN_TENANT).values_list("event_type", "created_at", "published_at")
+    )
     published_times = [p for _, _, p in events if p is not None]
     after_due = [(p - c).total_seconds() for t, c, p in events if p is not None and c >= due_at]
     all_lags = [(p - c).total_seconds() for _, c, p in events if p is not None]
     to_terminal = (last_finished - due_at).total_seconds()
     bookkeeping = (max([last_finished, last_logged, *published_times]) - due_at).total_seconds()
     return {
-        "calls": count, "terminal": finished, "all_published": published,
+        "calls": count,
+        "terminal": finished,
+        "all_published": published,
         "succeeded": calls.filter(status=ServiceCall.Status.SUCCEEDED).count(),
         "submission": submit,
         "first_start_after_due_s": (first_started - due_at).total_seconds(),

@@ -29,16 +29,18 @@ def agent_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of every process of the run: one temp DATA_DIR, SQLite, quiet logs."""
     env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "PYTEST"))}
     env.pop("DATABASE_URL", None)
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "eventservice.settings",
-        "DATA_DIR": str(data_dir),
-        "EGRESS_ALLOWLIST": "127.0.0.0/8",
-        "EVENT_LOG_LEVEL": "WARNING",
-        "LOG_LEVEL": "WARNING",
-        "Q_WORKERS": "2",
-        "PYTHONPATH": str(ROOT),
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "eventservice.settings",
+            "DATA_DIR": str(data_dir),
+            "EGRESS_ALLOWLIST": "127.0.0.0/8",
+            "EVENT_LOG_LEVEL": "WARNING",
+            "LOG_LEVEL": "WARNING",
+            "Q_WORKERS": "2",
+            "PYTHONPATH": str(ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     # Outside DEBUG the agent refuses to start without a key; every process of one run shares it.
     env.setdefault("SECRET_KEY", _RUN_SECRET_KEY)
     env.update(extra)
@@ -98,7 +100,10 @@ class Children:
         log_path = self.log_dir / f"{name}.log"
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(
-                list(args), cwd=ROOT, env=env, start_new_session=True,
+                list(args),
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
                 stdout=subprocess.PIPE if stdout_pipe else log_file,
                 stderr=log_file if stdout_pipe else subprocess.STDOUT,
                 text=stdout_pipe or None,
@@ -181,9 +186,26 @@ class Profiler:
     def __init__(self, pid: int, out: Path, *, seconds: float, executable: str = "py-spy") -> None:
         self.out = out
         self.proc = subprocess.Popen(
-            [executable, "record", "--pid", str(pid), "--output", str(out), "--format", "raw",
-             "--threads", "--gil", "--rate", "200", "--duration", str(int(seconds)), "--nonblocking"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            [
+                executable,
+                "record",
+                "--pid",
+                str(pid),
+                "--output",
+                str(out),
+                "--format",
+                "raw",
+                "--threads",
+                "--gil",
+                "--rate",
+                "200",
+                "--duration",
+                str(int(seconds)),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
 
     def stop(self) -> None:
@@ -197,6 +219,7 @@ class Profiler:
 
 
 # --- statistics -------------------------------------------------------------------------------
+
 
 def percentile(values: Sequence[float], q: float) -> float:
     """Linear interpolation between closest ranks (q in 0..100)."""
@@ -216,6 +239,9 @@ def summary_ms(seconds: Sequence[float]) -> dict[str, float]:
     ms = [s * 1000 for s in seconds]
     return {
         "n": len(ms),
-        "p50": percentile(ms, 50), "p95": percentile(ms, 95), "p99": percentile(ms, 99),
-        "max": max(ms) if ms else math.nan, "min": min(ms) if ms else math.nan,
+        "p50": percentile(ms, 50),
+        "p95": percentile(ms, 95),
+        "p99": percentile(ms, 99),
+        "max": max(ms) if ms else math.nan,
+        "min": min(ms) if ms else math.nan,
     }

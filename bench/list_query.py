@@ -31,9 +31,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import PYTHON, ROOT, agent_env, summary_ms  # noqa: E402
 
 TAGS = [
-    "prod", "staging", "billing", "payments", "search", "nightly", "webhook", "partner-acme",
-    "partner-globex", "reports", "sync", "crm", "inventory", "alerts", "audit", "export",
-    "import", "mobile", "legacy", "canary",
+    "prod",
+    "staging",
+    "billing",
+    "payments",
+    "search",
+    "nightly",
+    "webhook",
+    "partner-acme",
+    "partner-globex",
+    "reports",
+    "sync",
+    "crm",
+    "inventory",
+    "alerts",
+    "audit",
+    "export",
+    "import",
+    "mobile",
+    "legacy",
+    "canary",
 ]
 # Tag popularity falls off with rank (1/(rank+1)): "prod" is on ~30% of calls, "canary" on ~2%.
 TAG_WEIGHTS = [1 / (rank + 1) for rank in range(len(TAGS))]
@@ -63,8 +80,10 @@ def load(db_path: Path, *, calls: int, tenants: int, seed: int) -> dict:
     now = datetime.now(UTC).replace(microsecond=0)
     tenant_ids = [f"tenant-{index:03d}" for index in range(tenants)]
     with conn:
-        conn.executemany("INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
-                         [(tid, tid, sqlite_time(now - timedelta(days=400))) for tid in tenant_ids])
+        conn.executemany(
+            "INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)",
+            [(tid, tid, sqlite_time(now - timedelta(days=400))) for tid in tenant_ids],
+        )
     span_ms = 90 * 24 * 3600 * 1000  # three months of history
     first_ms = int(now.timestamp() * 1000) - span_ms
     call_sql = (
@@ -76,10 +95,18 @@ def load(db_path: Path, *, calls: int, tenants: int, seed: int) -> dict:
     tag_rows = 0
     call_batch: list[tuple] = []
     tag_batch: list[tuple] = []
-    ok_meta = json.dumps({"status": 200, "headers": {"Content-Type": "application/json"},
-                          "bodySnippet": '{"ok":true}', "bodyTruncated": False, "latencyMs": 42})
-    failed_meta = json.dumps({"kind": "HttpError", "message": "HTTP 503 Service Unavailable", "status": 503,
-                              "latencyMs": 87})
+    ok_meta = json.dumps(
+        {
+            "status": 200,
+            "headers": {"Content-Type": "application/json"},
+            "bodySnippet": '{"ok":true}',
+            "bodyTruncated": False,
+            "latencyMs": 42,
+        }
+    )
+    failed_meta = json.dumps(
+        {"kind": "HttpError", "message": "HTTP 503 Service Unavailable", "status": 503, "latencyMs": 87}
+    )
 
     def flush() -> None:
         with conn:
@@ -105,14 +132,31 @@ def load(db_path: Path, *, calls: int, tenants: int, seed: int) -> dict:
                 status, meta, kind = "Succeeded", ok_meta, None
             else:
                 status, meta, kind = "Failed", failed_meta, "HttpError"
-        spec = json.dumps({"method": "POST", "url": f"https://api.example.com/{tenant_id}/hooks/{index % 97}",
-                           "headers": {"Content-Type": "application/json"}, "body": {"n": index},
-                           "timeoutMs": 30000})
-        call_batch.append((
-            call_id, tenant_id, f"call {index} {TAGS[index % len(TAGS)]}", status, sqlite_time(submitted),
-            sqlite_time(due), sqlite_time(begun) if begun else None,
-            sqlite_time(finished) if finished else None, spec, meta, kind, uuid.UUID(int=rng.getrandbits(128)).hex,
-        ))
+        spec = json.dumps(
+            {
+                "method": "POST",
+                "url": f"https://api.example.com/{tenant_id}/hooks/{index % 97}",
+                "headers": {"Content-Type": "application/json"},
+                "body": {"n": index},
+                "timeoutMs": 30000,
+            }
+        )
+        call_batch.append(
+            (
+                call_id,
+                tenant_id,
+                f"call {index} {TAGS[index % len(TAGS)]}",
+                status,
+                sqlite_time(submitted),
+                sqlite_time(due),
+                sqlite_time(begun) if begun else None,
+                sqlite_time(finished) if finished else None,
+                spec,
+                meta,
+                kind,
+                uuid.UUID(int=rng.getrandbits(128)).hex,
+            )
+        )
         chosen = set()
         for _ in range(rng.choice((1, 1, 2, 2, 3))):
             chosen.add(rng.choices(TAGS, weights=TAG_WEIGHTS)[0])
@@ -151,8 +195,9 @@ def measure(*, queries: int, tenants: int, seed: int) -> dict:
     tenant_ids = [f"tenant-{index:03d}" for index in range(tenants)]
 
     def page(tenant_id: str, params: dict) -> tuple[list, object]:
-        filterset = ServiceCallFilter(params, queryset=service_calls_for_tenant(tenant_id=tenant_id),
-                                      tenant_id=tenant_id)
+        filterset = ServiceCallFilter(
+            params, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
+        )
         if not filterset.is_valid():
             raise RuntimeError(filterset.errors)
         # As the API's keyset_page builds the first page: limit + 1 rows, newest first.
@@ -180,8 +225,12 @@ def measure(*, queries: int, tenants: int, seed: int) -> dict:
         _, queryset = page(tenant_ids[0], example)
         plan = explain(queryset)
         results[kind] = {
-            **summary_ms(timings), "mean_rows": sum(sizes) / len(sizes), "plan": plan,
-            "plan_example": example, "plan_ok": plan_ok(plan) if "tag" in example or "favorite" in example
+            **summary_ms(timings),
+            "mean_rows": sum(sizes) / len(sizes),
+            "plan": plan,
+            "plan_example": example,
+            "plan_ok": plan_ok(plan)
+            if "tag" in example or "favorite" in example
             else not re.search(r"\bSCAN service_calls\b", plan),
         }
     return results

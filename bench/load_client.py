@@ -18,12 +18,14 @@ import requests
 
 
 def body(index: int, due: str, target: str) -> bytes:
-    return json.dumps({
-        "name": f"submit-{index}",
-        "requestSpec": {"method": "POST", "url": target, "headers": {"X-Bench": "1"}, "body": {"n": index}},
-        "dueAt": due,
-        "tags": ["bench", "submit"],
-    }).encode()
+    return json.dumps(
+        {
+            "name": f"submit-{index}",
+            "requestSpec": {"method": "POST", "url": target, "headers": {"X-Bench": "1"}, "body": {"n": index}},
+            "dueAt": due,
+            "tags": ["bench", "submit"],
+        }
+    ).encode()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -93,13 +95,22 @@ def main() -> None:
         thread.join()
     elapsed = time.perf_counter() - started
     ms = [value * 1000 for value in latencies]
-    print(json.dumps({
-        "client": f"python requests, {args.threads} threads",
-        "requests": len(latencies), "seconds": elapsed, "rate": len(latencies) / elapsed,
-        "p50_ms": percentile(ms, 50), "p95_ms": percentile(ms, 95), "p99_ms": percentile(ms, 99),
-        "max_ms": max(ms) if ms else math.nan,
-        "statuses": {str(code): n for code, n in sorted(statuses.items())}, "errors": dict(errors),
-    }))
+    print(
+        json.dumps(
+            {
+                "client": f"python requests, {args.threads} threads",
+                "requests": len(latencies),
+                "seconds": elapsed,
+                "rate": len(latencies) / elapsed,
+                "p50_ms": percentile(ms, 50),
+                "p95_ms": percentile(ms, 95),
+                "p99_ms": percentile(ms, 99),
+                "max_ms": max(ms) if ms else math.nan,
+                "statuses": {str(code): n for code, n in sorted(statuses.items())},
+                "errors": dict(errors),
+            }
+        )
+    )
 
 
 def _warm(args: argparse.Namespace, due: str, headers: dict[str, str]) -> None:

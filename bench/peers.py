@@ -11,6 +11,7 @@ from bench.common import PYTHON, REDIS_URL, Child, Children, log, summary_ms, wa
 
 # --- Celery (Redis broker) --------------------------------------------------------------------
 
+
 def redis_unreachable_reason() -> str | None:
     """None when the bench's Redis database answers; else why Celery is skipped."""
     try:
@@ -41,11 +42,28 @@ def start_celery(children: Children, env: dict[str, str], *, timeout: float = 60
     from bench import celery_app
 
     celery_reset()
-    child = children.start("celery-worker", [
-        PYTHON, "-m", "celery", "-A", "bench.celery_app", "worker", "-Q", celery_app.QUEUE,
-        "--concurrency", "2", "--loglevel", "WARNING", "-n", "bench@%h",
-        "--without-gossip", "--without-mingle",
-    ], env={**env, "BENCH_REDIS_URL": REDIS_URL})
+    child = children.start(
+        "celery-worker",
+        [
+            PYTHON,
+            "-m",
+            "celery",
+            "-A",
+            "bench.celery_app",
+            "worker",
+            "-Q",
+            celery_app.QUEUE,
+            "--concurrency",
+            "2",
+            "--loglevel",
+            "WARNING",
+            "-n",
+            "bench@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ],
+        env={**env, "BENCH_REDIS_URL": REDIS_URL},
+    )
     celery_app.ping.delay()
     r = _redis()
 
@@ -73,11 +91,17 @@ def celery_lateness(*, count: int, lead: float = 3.0, spread: float = 10.0, seed
     for eta in etas:
         celery_app.record_lateness.apply_async(args=[eta], eta=datetime.fromtimestamp(eta, UTC))
     sent = time.perf_counter() - started
-    wait_until(lambda: r.llen(celery_app.LATENESS_KEY) >= count,
-               timeout=max(0.0, etas[-1] - time.time()) + 20, interval=0.1)
+    wait_until(
+        lambda: r.llen(celery_app.LATENESS_KEY) >= count, timeout=max(0.0, etas[-1] - time.time()) + 20, interval=0.1
+    )
     values = [float(v) for v in r.lrange(celery_app.LATENESS_KEY, 0, -1)]
-    return {"tasks": count, "done": len(values), "send_seconds": sent, "lateness_ms": summary_ms(values),
-            "early": sum(1 for v in values if v < 0)}
+    return {
+        "tasks": count,
+        "done": len(values),
+        "send_seconds": sent,
+        "lateness_ms": summary_ms(values),
+        "early": sum(1 for v in values if v < 0),
+    }
 
 
 def celery_drain(*, count: int) -> dict:
@@ -110,8 +134,12 @@ def start_djq(children: Children, env: dict[str, str], *, timeout: float = 60.0)
     """A stock django-q2 cluster (bench/djq_settings.py), the agent's engine off."""
     from bench.agent import start_workers
 
-    return start_workers(children, {**env, "DJANGO_SETTINGS_MODULE": "bench.djq_settings",
-                                    "ENGINE_ENABLED": "false"}, name="djq-qcluster", timeout=timeout)
+    return start_workers(
+        children,
+        {**env, "DJANGO_SETTINGS_MODULE": "bench.djq_settings", "ENGINE_ENABLED": "false"},
+        name="djq-qcluster",
+        timeout=timeout,
+    )
 
 
 def djq_drain(*, count: int) -> dict:
@@ -136,12 +164,16 @@ def djq_drain(*, count: int) -> dict:
     elapsed = time.perf_counter() - started
     completed = count - OrmQ.objects.filter(key=key).count()
     saved = Task.objects.filter(group="bench-drain").count()
-    return {"tasks": count, "done": completed, "seconds": elapsed, "rate": completed / elapsed,
-            "result_rows_kept": saved}
+    return {
+        "tasks": count,
+        "done": completed,
+        "seconds": elapsed,
+        "rate": completed / elapsed,
+        "result_rows_kept": saved,
+    }
 
 
-def djq_lateness(*, count: int, lead: float = 3.0, spread: float = 10.0, wait: float = 75.0,
-                 seed: int = 12) -> dict:
+def djq_lateness(*, count: int, lead: float = 3.0, spread: float = 10.0, wait: float = 75.0, seed: int = 12) -> dict:
     """One-shot schedules due over [now+lead, now+lead+spread]; when each task ran - due.
 
     django-q2 sets a Task's `started` when the task is enqueued (by its scheduler, here), not
@@ -153,13 +185,22 @@ def djq_lateness(*, count: int, lead: float = 3.0, spread: float = 10.0, wait: f
     now = time.time()
     dues = sorted(now + lead + rng.uniform(0, spread) for _ in range(count))
     names = {f"bench-late-{index}": due for index, due in enumerate(dues)}
-    log(f"django-q2 lateness: {count} one-shot schedules; its scheduler wakes about every 30 s "
-        f"(waiting up to {wait:.0f} s)")
-    Schedule.objects.bulk_create([
-        Schedule(name=name, func="bench.tasks.noop", schedule_type=Schedule.ONCE, repeats=-1,
-                 next_run=datetime.fromtimestamp(due, UTC))
-        for name, due in names.items()
-    ])
+    log(
+        f"django-q2 lateness: {count} one-shot schedules; its scheduler wakes about every 30 s "
+        f"(waiting up to {wait:.0f} s)"
+    )
+    Schedule.objects.bulk_create(
+        [
+            Schedule(
+                name=name,
+                func="bench.tasks.noop",
+                schedule_type=Schedule.ONCE,
+                repeats=-1,
+                next_run=datetime.fromtimestamp(due, UTC),
+            )
+            for name, due in names.items()
+        ]
+    )
     deadline = now + wait
 
     def done() -> bool:
@@ -170,5 +211,10 @@ def djq_lateness(*, count: int, lead: float = 3.0, spread: float = 10.0, wait: f
     values = [stopped.timestamp() - names[group] for group, _, stopped in rows]
     enqueued = [started.timestamp() - names[group] for group, started, _ in rows]
     Schedule.objects.filter(name__in=list(names)).delete()
-    return {"schedules": count, "done": len(values), "lateness_ms": summary_ms(values),
-            "enqueued_lateness_ms": summary_ms(enqueued), "early": sum(1 for v in values if v < 0)}
+    return {
+        "schedules": count,
+        "done": len(values),
+        "lateness_ms": summary_ms(values),
+        "enqueued_lateness_ms": summary_ms(enqueued),
+        "early": sum(1 for v in values if v < 0),
+    }

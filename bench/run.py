@@ -47,17 +47,41 @@ from bench.common import (  # noqa: E402
 METRICS = ("lateness", "drain", "submission", "list")
 
 FULL = {
-    "lateness": 1000, "lateness_lead": 3.0, "lateness_spread": 10.0,
-    "celery_lateness": 1000, "djq_lateness": 100, "djq_wait": 75.0,
-    "drain": 2000, "drain_lead": 5.0, "celery_drain": 2000, "djq_drain": 500, "bare": 2000,
-    "submit": 3000, "submit_threads": 16, "wrk_seconds": 10,
-    "list_calls": 200_000, "list_tenants": 100, "list_queries": 500,
+    "lateness": 1000,
+    "lateness_lead": 3.0,
+    "lateness_spread": 10.0,
+    "celery_lateness": 1000,
+    "djq_lateness": 100,
+    "djq_wait": 75.0,
+    "drain": 2000,
+    "drain_lead": 5.0,
+    "celery_drain": 2000,
+    "djq_drain": 500,
+    "bare": 2000,
+    "submit": 3000,
+    "submit_threads": 16,
+    "wrk_seconds": 10,
+    "list_calls": 200_000,
+    "list_tenants": 100,
+    "list_queries": 500,
 }
 QUICK = {
     **FULL,
-    "lateness": 200, "lateness_lead": 2.0, "lateness_spread": 3.0, "celery_lateness": 200,
-    "djq_lateness": 0, "drain": 300, "drain_lead": 2.0, "celery_drain": 300, "djq_drain": 100, "bare": 300,
-    "submit": 300, "submit_threads": 8, "wrk_seconds": 3, "list_calls": 10_000, "list_tenants": 20,
+    "lateness": 200,
+    "lateness_lead": 2.0,
+    "lateness_spread": 3.0,
+    "celery_lateness": 200,
+    "djq_lateness": 0,
+    "drain": 300,
+    "drain_lead": 2.0,
+    "celery_drain": 300,
+    "djq_drain": 100,
+    "bare": 300,
+    "submit": 300,
+    "submit_threads": 8,
+    "wrk_seconds": 3,
+    "list_calls": 10_000,
+    "list_tenants": 20,
     "list_queries": 50,
 }
 BIG = {"list_calls": 1_000_000}
@@ -77,8 +101,12 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
-        "cpus": os.cpu_count(), "cpu_model": model, "python": platform.python_version(),
-        "platform": platform.platform(), "load_average": list(os.getloadavg()), "nice": os.nice(0),
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "load_average": list(os.getloadavg()),
+        "nice": os.nice(0),
     }
 
 
@@ -93,8 +121,16 @@ class Run:
         self.results: dict[str, Any] = {
             "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "mode": "quick" if args.quick else ("big" if args.big else "default"),
-            "only": sorted(self.only), "sizes": self.sizes, "machine": machine(),
-            "agent": {}, "djq": {}, "celery": {}, "bare": {}, "list": {}, "skipped": {}, "errors": {},
+            "only": sorted(self.only),
+            "sizes": self.sizes,
+            "machine": machine(),
+            "agent": {},
+            "djq": {},
+            "celery": {},
+            "bare": {},
+            "list": {},
+            "skipped": {},
+            "errors": {},
         }
         self.target_url = ""
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -118,8 +154,9 @@ class Run:
         import django
 
         django.setup()
-        target = self.children.start("target", [PYTHON, str(ROOT / "bench" / "target.py")], env=self.env,
-                                     stdout_pipe=True)
+        target = self.children.start(
+            "target", [PYTHON, str(ROOT / "bench" / "target.py")], env=self.env, stdout_pipe=True
+        )
         port = int(target.proc.stdout.readline().strip())
         self.target_url = f"http://127.0.0.1:{port}/ok"
         log(f"target on {self.target_url}")
@@ -159,12 +196,19 @@ class Run:
         try:
             if "lateness" in self.only:
                 self.results["agent"]["lateness"] = agent.lateness(
-                    url=self.target_url, count=s["lateness"], lead=s["lateness_lead"],
-                    spread=s["lateness_spread"], window=lambda: self.profiled("lateness", workers))
+                    url=self.target_url,
+                    count=s["lateness"],
+                    lead=s["lateness_lead"],
+                    spread=s["lateness_spread"],
+                    window=lambda: self.profiled("lateness", workers),
+                )
             if "drain" in self.only:
                 self.results["agent"]["drain"] = agent.drain(
-                    url=self.target_url, count=s["drain"], lead=s["drain_lead"],
-                    window=lambda: self.profiled("drain", workers))
+                    url=self.target_url,
+                    count=s["drain"],
+                    lead=s["drain_lead"],
+                    window=lambda: self.profiled("drain", workers),
+                )
             if "submission" in self.only:
                 with self.profiled("submission", workers):
                     self.phase("submission", self.submission_phase)
@@ -177,12 +221,14 @@ class Run:
         try:
             key = submission.api_key()
             before = submission.accepted_rows()
-            result = submission.python_client(port=port, key=key, target=self.target_url, total=s["submit"],
-                                              threads=s["submit_threads"], env=self.env)
+            result = submission.python_client(
+                port=port, key=key, target=self.target_url, total=s["submit"], threads=s["submit_threads"], env=self.env
+            )
             result["rows_stored"] = submission.accepted_rows() - before
             self.results["agent"]["submission"] = result
-            wrk = submission.wrk_client(port=port, key=key, target=self.target_url, seconds=s["wrk_seconds"],
-                                        connections=s["submit_threads"])
+            wrk = submission.wrk_client(
+                port=port, key=key, target=self.target_url, seconds=s["wrk_seconds"], connections=s["submit_threads"]
+            )
             if wrk is None:
                 self.results["skipped"]["submission_wrk"] = "wrk is not installed (apt-get install wrk)"
             else:
@@ -204,7 +250,8 @@ class Run:
                 self.results["celery"]["drain"] = peers.celery_drain(count=s["celery_drain"])
             if "lateness" in self.only:
                 self.results["celery"]["lateness"] = peers.celery_lateness(
-                    count=s["celery_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"])
+                    count=s["celery_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"]
+                )
         finally:
             self.children.stop(worker)
             peers.celery_reset()
@@ -218,8 +265,11 @@ class Run:
             if "lateness" in self.only:
                 if s["djq_lateness"]:
                     self.results["djq"]["lateness"] = peers.djq_lateness(
-                        count=s["djq_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"],
-                        wait=s["djq_wait"])
+                        count=s["djq_lateness"],
+                        lead=s["lateness_lead"],
+                        spread=s["lateness_spread"],
+                        wait=s["djq_wait"],
+                    )
                 else:
                     self.results["skipped"]["djq_lateness"] = "skipped in --quick (its scheduler wakes every ~30 s)"
         finally:
@@ -229,9 +279,22 @@ class Run:
         s = self.sizes
         log(f"list: bench/list_query.py --calls {s['list_calls']} --tenants {s['list_tenants']}")
         done = subprocess.run(
-            [PYTHON, str(ROOT / "bench" / "list_query.py"), "--calls", str(s["list_calls"]),
-             "--tenants", str(s["list_tenants"]), "--queries", str(s["list_queries"])],
-            cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=1800, check=False,
+            [
+                PYTHON,
+                str(ROOT / "bench" / "list_query.py"),
+                "--calls",
+                str(s["list_calls"]),
+                "--tenants",
+                str(s["list_tenants"]),
+                "--queries",
+                str(s["list_queries"]),
+            ],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
         )
         if done.returncode != 0:
             raise RuntimeError(f"list_query.py failed:\n{done.stderr[-3000:]}")
@@ -264,6 +327,7 @@ class Run:
 
 # --- the table --------------------------------------------------------------------------------
 
+
 def fmt(value: Any, digits: int = 1) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
@@ -290,22 +354,40 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
     a, q, c, b, lst = results["agent"], results["djq"], results["celery"], results["bare"], results["list"]
     table = []
 
-    def add(metric: str, agent_value: Any = None, djq: Any = None, celery: Any = None, bare: Any = None,
-            target: str = "", digits: int = 1) -> None:
-        table.append((metric, fmt(agent_value, digits), fmt(djq, digits), fmt(celery, digits), fmt(bare, digits),
-                      target))
+    def add(
+        metric: str,
+        agent_value: Any = None,
+        djq: Any = None,
+        celery: Any = None,
+        bare: Any = None,
+        target: str = "",
+        digits: int = 1,
+    ) -> None:
+        table.append(
+            (metric, fmt(agent_value, digits), fmt(djq, digits), fmt(celery, digits), fmt(bare, digits), target)
+        )
 
     cpu = a.get("cpu_seconds") or {}
     if a.get("lateness") or q.get("lateness") or c.get("lateness"):
-        add("timers measured (n)", get(a, "lateness", "lateness_ms", "n"), get(q, "lateness", "lateness_ms", "n"),
-            get(c, "lateness", "lateness_ms", "n"))
+        add(
+            "timers measured (n)",
+            get(a, "lateness", "lateness_ms", "n"),
+            get(q, "lateness", "lateness_ms", "n"),
+            get(c, "lateness", "lateness_ms", "n"),
+        )
         for stat, limit in (("p50", 10), ("p95", None), ("p99", 50), ("max", None)):
             value = get(a, "lateness", "lateness_ms", stat)
             target = ""
             if limit is not None:
                 target = verdict(None if value is None else value <= limit, f"≤ {limit} ms")
-            add(f"timer lateness {stat} (ms)", value, get(q, "lateness", "lateness_ms", stat),
-                get(c, "lateness", "lateness_ms", stat), None, target)
+            add(
+                f"timer lateness {stat} (ms)",
+                value,
+                get(q, "lateness", "lateness_ms", stat),
+                get(c, "lateness", "lateness_ms", stat),
+                None,
+                target,
+            )
         if "lateness" in cpu and a.get("lateness"):
             add("agent workers' CPU per timer call (ms)", cpu["lateness"] * 1000 / a["lateness"]["calls"], digits=2)
     if a.get("drain") or q.get("drain") or c.get("drain") or b.get("drain"):
@@ -318,14 +400,32 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 return "≥ Celery (not measured)"
             return verdict(None if value is None else value >= celery_rate, f"≥ Celery ({celery_rate:,.0f}/s)")
 
-        add("drain: jobs (n)", get(a, "drain", "calls"), get(q, "drain", "tasks"), get(c, "drain", "tasks"),
-            get(b, "drain", "requests"))
-        add("drain rate, all terminal (/s)", rate, get(q, "drain", "rate"), celery_rate, get(b, "drain", "rate"),
-            versus(rate), digits=0)
+        add(
+            "drain: jobs (n)",
+            get(a, "drain", "calls"),
+            get(q, "drain", "tasks"),
+            get(c, "drain", "tasks"),
+            get(b, "drain", "requests"),
+        )
+        add(
+            "drain rate, all terminal (/s)",
+            rate,
+            get(q, "drain", "rate"),
+            celery_rate,
+            get(b, "drain", "rate"),
+            versus(rate),
+            digits=0,
+        )
         add("drain rate, bookkeeping done (/s)", full, None, None, None, versus(full), digits=0)
         add("drain: last start after due (s)", get(a, "drain", "last_start_after_due_s"), digits=2)
-        add("drain: all terminal after due (s)", get(a, "drain", "terminal_after_due_s"),
-            get(q, "drain", "seconds"), get(c, "drain", "seconds"), get(b, "drain", "seconds"), digits=2)
+        add(
+            "drain: all terminal after due (s)",
+            get(a, "drain", "terminal_after_due_s"),
+            get(q, "drain", "seconds"),
+            get(c, "drain", "seconds"),
+            get(b, "drain", "seconds"),
+            digits=2,
+        )
         add("drain: all events published after due (s)", get(a, "drain", "bookkeeping_after_due_s"), digits=2)
         if "drain" in cpu and a.get("drain"):
             add("agent workers' CPU per drained call (ms)", cpu["drain"] * 1000 / a["drain"]["calls"], digits=2)
@@ -334,16 +434,28 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         add("outbox lag p99 (ms)", lag99, target=verdict(None if lag99 is None else lag99 <= 1000, "≤ 1000 ms"))
     if a.get("submission"):
         rate = get(a, "submission", "rate")
-        add(f"POST service-calls ({get(a, 'submission', 'client')}) req/s", rate,
-            target=verdict(rate >= 300, "≥ 300 req/s"), digits=0)
-        add("POST service-calls p50 / p99 (ms)",
-            f"{fmt(get(a, 'submission', 'p50_ms'))} / {fmt(get(a, 'submission', 'p99_ms'))}")
+        add(
+            f"POST service-calls ({get(a, 'submission', 'client')}) req/s",
+            rate,
+            target=verdict(rate >= 300, "≥ 300 req/s"),
+            digits=0,
+        )
+        add(
+            "POST service-calls p50 / p99 (ms)",
+            f"{fmt(get(a, 'submission', 'p50_ms'))} / {fmt(get(a, 'submission', 'p99_ms'))}",
+        )
     if a.get("submission_wrk"):
         rate = get(a, "submission_wrk", "rate")
-        add(f"POST service-calls ({get(a, 'submission_wrk', 'client')}) req/s", rate,
-            target=verdict(rate >= 300, "≥ 300 req/s"), digits=0)
-        add("POST service-calls p50 / p99 (ms), wrk",
-            f"{fmt(get(a, 'submission_wrk', 'p50_ms'))} / {fmt(get(a, 'submission_wrk', 'p99_ms'))}")
+        add(
+            f"POST service-calls ({get(a, 'submission_wrk', 'client')}) req/s",
+            rate,
+            target=verdict(rate >= 300, "≥ 300 req/s"),
+            digits=0,
+        )
+        add(
+            "POST service-calls p50 / p99 (ms), wrk",
+            f"{fmt(get(a, 'submission_wrk', 'p50_ms'))} / {fmt(get(a, 'submission_wrk', 'p99_ms'))}",
+        )
     if lst:
         calls = lst["calls"]
         labels = {"one_tag": "1 tag", "two_tags": "2 tags", "favorite": "favorite", "status": "status"}
@@ -355,11 +467,13 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             if kind in ("one_tag", "two_tags"):
                 ok = r["p95"] <= 50
                 target = f"p95 ≤ 50 ms{'' if calls >= 1_000_000 else ' (at 1M)'}: {'met' if ok else 'MISSED'}"
-            add(f"list {label}, {calls:,} calls: p50 / p95 (ms)", f"{fmt(r['p50'])} / {fmt(r['p95'])}",
-                target=target)
+            add(f"list {label}, {calls:,} calls: p50 / p95 (ms)", f"{fmt(r['p50'])} / {fmt(r['p95'])}", target=target)
         tag_plans = [lst["results"][k]["plan_ok"] for k in ("one_tag", "two_tags", "favorite") if k in lst["results"]]
-        add("list plan: tag index, no SCAN of service_calls", "yes" if all(tag_plans) else "NO",
-            target=verdict(all(tag_plans), "index-only plan"))
+        add(
+            "list plan: tag index, no SCAN of service_calls",
+            "yes" if all(tag_plans) else "NO",
+            target=verdict(all(tag_plans), "index-only plan"),
+        )
     return table
 
 
@@ -369,8 +483,9 @@ def render(results: dict) -> str:
     widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
 
     def line(row: tuple) -> str:
-        cells = [str(cell).ljust(widths[i]) if i == 0 or i == 5 else str(cell).rjust(widths[i])
-                 for i, cell in enumerate(row)]
+        cells = [
+            str(cell).ljust(widths[i]) if i == 0 or i == 5 else str(cell).rjust(widths[i]) for i, cell in enumerate(row)
+        ]
         return "| " + " | ".join(cells) + " |"
 
     out = [line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
@@ -380,21 +495,27 @@ def render(results: dict) -> str:
         notes.append("--quick: counts are far below the SPEC's; the verdicts are only indicative")
     lateness = results["agent"].get("lateness")
     if lateness:
-        notes.append(f"agent lateness: {lateness['calls']} calls submitted in {lateness['submission']['seconds']:.1f}s "
-                     f"({lateness['submission']['per_call_ms']:.1f} ms each), first due {lateness['lead_s']:.1f}s "
-                     f"after the submissions began; Celery and django-q2 timers are due from "
-                     f"+{results['sizes']['lateness_lead']:.0f}s, over the same {results['sizes']['lateness_spread']:.0f}s")
+        notes.append(
+            f"agent lateness: {lateness['calls']} calls submitted in {lateness['submission']['seconds']:.1f}s "
+            f"({lateness['submission']['per_call_ms']:.1f} ms each), first due {lateness['lead_s']:.1f}s "
+            f"after the submissions began; Celery and django-q2 timers are due from "
+            f"+{results['sizes']['lateness_lead']:.0f}s, over the same {results['sizes']['lateness_spread']:.0f}s"
+        )
     if results["djq"].get("lateness"):
-        notes.append("django-q2 lateness: when its no-op task ran (Task.stopped) - due; Task.started is set "
-                     "when its scheduler enqueues the task")
+        notes.append(
+            "django-q2 lateness: when its no-op task ran (Task.stopped) - due; Task.started is set "
+            "when its scheduler enqueues the task"
+        )
     for name, reason in results["skipped"].items():
         notes.append(f"skipped {name}: {reason}")
     for name, error in results["errors"].items():
         notes.append(f"ERROR in {name}: {error.strip().splitlines()[-1]}")
     m = results["machine"]
-    notes.append(f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}, nice {m.get('nice', 0)}, "
-                 f"load average at start {m['load_average'][0]:.2f}, at end "
-                 f"{results.get('load_average_end', [math.nan])[0]:.2f}")
+    notes.append(
+        f"machine: {m['cpus']} CPUs ({m['cpu_model']}), Python {m['python']}, nice {m.get('nice', 0)}, "
+        f"load average at start {m['load_average'][0]:.2f}, at end "
+        f"{results.get('load_average_end', [math.nan])[0]:.2f}"
+    )
     return "\n".join(out + [""] + notes)
 
 
@@ -409,13 +530,17 @@ def plans(results: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small counts: a smoke run of about a minute")
-    parser.add_argument("--only", default=",".join(METRICS),
-                        help=f"comma-separated subset of {','.join(METRICS)} (outbox lag comes with drain)")
+    parser.add_argument(
+        "--only",
+        default=",".join(METRICS),
+        help=f"comma-separated subset of {','.join(METRICS)} (outbox lag comes with drain)",
+    )
     parser.add_argument("--big", action="store_true", help="the list at 1,000,000 calls (takes a few minutes)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary DATA_DIR and the child logs")
     parser.add_argument("--skip-peers", action="store_true", help="measure the agent only (no Celery, no django-q2)")
-    parser.add_argument("--py-spy", action="store_true",
-                        help="record flame graphs of the engine's process (needs py-spy in the venv)")
+    parser.add_argument(
+        "--py-spy", action="store_true", help="record flame graphs of the engine's process (needs py-spy in the venv)"
+    )
     args = parser.parse_args()
     args.only = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = set(args.only) - set(METRICS)

@@ -38,10 +38,26 @@ end
 
 def start_web(children: Children, env: dict[str, str]) -> tuple[Child, int]:
     port = free_port()
-    child = children.start("gunicorn", [
-        PYTHON, "-m", "gunicorn", "eventservice.wsgi:application", "--bind", f"127.0.0.1:{port}",
-        "--workers", "2", "--threads", "8", "--worker-class", "gthread", "--log-level", "warning",
-    ], env=env)
+    child = children.start(
+        "gunicorn",
+        [
+            PYTHON,
+            "-m",
+            "gunicorn",
+            "eventservice.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+            "--threads",
+            "8",
+            "--worker-class",
+            "gthread",
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+    )
     wait_port(port, timeout=30, proc=child.proc)
     return child, port
 
@@ -58,9 +74,27 @@ def python_client(*, port: int, key: str, target: str, total: int, threads: int,
     url = f"http://127.0.0.1:{port}/api/tenants/{SUBMIT_TENANT}/service-calls"
     log(f"submission: {total} POSTs from the Python load client ({threads} threads)")
     done = subprocess.run(
-        [PYTHON, str(ROOT / "bench" / "load_client.py"), "--url", url, "--key", key, "--target", target,
-         "--total", str(total), "--threads", str(threads), "--max-seconds", "120"],
-        env=env, capture_output=True, text=True, timeout=180, check=False,
+        [
+            PYTHON,
+            str(ROOT / "bench" / "load_client.py"),
+            "--url",
+            url,
+            "--key",
+            key,
+            "--target",
+            target,
+            "--total",
+            str(total),
+            "--threads",
+            str(threads),
+            "--max-seconds",
+            "120",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     if done.returncode != 0:
         raise RuntimeError(f"load client failed:\n{done.stderr[-3000:]}")
@@ -73,20 +107,25 @@ def wrk_client(*, port: int, key: str, target: str, seconds: int, connections: i
     if wrk is None:
         return None
     due = (datetime.now(UTC) + timedelta(hours=1)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    body = json.dumps({
-        "name": "submit-wrk",
-        "requestSpec": {"method": "POST", "url": target, "headers": {"X-Bench": "1"}, "body": {"n": 1}},
-        "dueAt": due, "tags": ["bench", "submit"],
-    })
+    body = json.dumps(
+        {
+            "name": "submit-wrk",
+            "requestSpec": {"method": "POST", "url": target, "headers": {"X-Bench": "1"}, "body": {"n": 1}},
+            "dueAt": due,
+            "tags": ["bench", "submit"],
+        }
+    )
     url = f"http://127.0.0.1:{port}/api/tenants/{SUBMIT_TENANT}/service-calls"
     log(f"submission: wrk for {seconds}s ({connections} connections, 2 threads)")
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "post.lua"
         script.write_text(WRK_SCRIPT % {"body": body, "key": key})
         done = subprocess.run(
-            [wrk, "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--timeout", "10s",
-             "-s", str(script), url],
-            capture_output=True, text=True, timeout=seconds + 60, check=False,
+            [wrk, "-t", "2", "-c", str(connections), "-d", f"{seconds}s", "--timeout", "10s", "-s", str(script), url],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=False,
         )
     if done.returncode != 0:
         raise RuntimeError(f"wrk failed:\n{done.stderr[-2000:]}")
@@ -95,9 +134,14 @@ def wrk_client(*, port: int, key: str, target: str, seconds: int, connections: i
     errors = sum(raw[name] for name in ("status_errors", "connect_errors", "read_errors", "write_errors", "timeouts"))
     seconds_run = raw["duration_us"] / 1e6
     return {
-        "client": f"wrk, {connections} connections", "requests": raw["requests"], "seconds": seconds_run,
-        "rate": (raw["requests"] - errors) / seconds_run, "p50_ms": raw["p50_us"] / 1000,
-        "p99_ms": raw["p99_us"] / 1000, "max_ms": raw["max_us"] / 1000, "errors": errors,
+        "client": f"wrk, {connections} connections",
+        "requests": raw["requests"],
+        "seconds": seconds_run,
+        "rate": (raw["requests"] - errors) / seconds_run,
+        "p50_ms": raw["p50_us"] / 1000,
+        "p99_ms": raw["p99_us"] / 1000,
+        "max_ms": raw["max_us"] / 1000,
+        "errors": errors,
     }
 
 

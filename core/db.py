@@ -37,12 +37,11 @@ def update_many(
         f"UPDATE {quote(meta.db_table)} SET "
         + ", ".join(f"{quote(f.column)} = %s" for f in fields[: len(set_fields)])
         + " WHERE "
-        + " AND ".join(f"{quote(f.column)} = %s" for f in [*fields[len(set_fields):], *extra_fields])
+        + " AND ".join(f"{quote(f.column)} = %s" for f in [*fields[len(set_fields) :], *extra_fields])
     )
     extra_values = [f.get_db_prep_save(v, connection) for f, v in zip(extra_fields, extra.values(), strict=True)]
     params = [
-        [f.get_db_prep_save(v, connection) for f, v in zip(fields, row, strict=True)] + extra_values
-        for row in rows
+        [f.get_db_prep_save(v, connection) for f, v in zip(fields, row, strict=True)] + extra_values for row in rows
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)

@@ -159,10 +159,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
         "init_command": (
-            "PRAGMA journal_mode=WAL;"
-            "PRAGMA synchronous=NORMAL;"
-            "PRAGMA foreign_keys=ON;"
-            "PRAGMA busy_timeout=30000;"
+            "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000;"
         ),
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_event_service.db")}

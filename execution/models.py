@@ -19,11 +19,11 @@ class HttpExecution(models.Model):
         INTERRUPTED = "Interrupted"
 
     execution_id = models.UUIDField(primary_key=True, editable=False)
-    tenant = models.ForeignKey(
-        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
-    )
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
     service_call = models.ForeignKey(
-        "orchestration.ServiceCall", on_delete=models.CASCADE, db_column="service_call_id",
+        "orchestration.ServiceCall",
+        on_delete=models.CASCADE,
+        db_column="service_call_id",
         related_name="+",
     )
     attempt = models.PositiveSmallIntegerField(default=1)
@@ -50,12 +50,8 @@ class HttpExecution(models.Model):
         constraints = [
             # One attempt per call: inserting the row is the claim to send, so a second
             # worker racing for the same call fails here and never sends.
-            models.UniqueConstraint(
-                fields=["tenant", "service_call", "attempt"], name="http_execution_log_attempt"
-            ),
-            models.CheckConstraint(
-                condition=Q(request_method__in=METHODS), name="http_execution_log_method_valid"
-            ),
+            models.UniqueConstraint(fields=["tenant", "service_call", "attempt"], name="http_execution_log_attempt"),
+            models.CheckConstraint(condition=Q(request_method__in=METHODS), name="http_execution_log_method_valid"),
             models.CheckConstraint(
                 condition=Q(state__in=["Sending", "Finished", "Interrupted"]),
                 name="http_execution_log_state_valid",
@@ -72,9 +68,7 @@ class HttpExecution(models.Model):
         ]
         indexes = [
             # Crash recovery: attempts still Sending, oldest first.
-            models.Index(
-                fields=["started_at"], condition=Q(state="Sending"), name="http_execution_log_sending"
-            ),
+            models.Index(fields=["started_at"], condition=Q(state="Sending"), name="http_execution_log_sending"),
             # Retention sweeps by age.
             models.Index(fields=["finished_at"], name="http_execution_log_finished"),
         ]

@@ -32,11 +32,12 @@ class Outcome:
     error_message: str | None = None
 
     @classmethod
-    def failure(
-        cls, kind: str, message: str, *, status: int | None = None, latency_ms: int | None = None
-    ) -> Outcome:
+    def failure(cls, kind: str, message: str, *, status: int | None = None, latency_ms: int | None = None) -> Outcome:
         return cls(
-            succeeded=False, error_kind=kind, error_message=message[:2000], status=status,
+            succeeded=False,
+            error_kind=kind,
+            error_message=message[:2000],
+            status=status,
             latency_ms=latency_ms,
         )
 
@@ -68,13 +69,21 @@ class Outcome:
         if "responseMeta" in meta:
             r = meta["responseMeta"]
             return cls(
-                succeeded=True, status=r.get("status"), headers=r.get("headers") or {},
-                body_snippet=r.get("bodySnippet"), body_truncated=bool(r.get("bodyTruncated")),
+                succeeded=True,
+                status=r.get("status"),
+                headers=r.get("headers") or {},
+                body_snippet=r.get("bodySnippet"),
+                body_truncated=bool(r.get("bodyTruncated")),
                 latency_ms=r.get("latencyMs"),
             )
         e = meta["errorMeta"]
         return cls(
-            succeeded=False, error_kind=e.get("kind"), error_message=e.get("message"),
-            status=e.get("status"), latency_ms=e.get("latencyMs"), headers=e.get("headers") or {},
-            body_snippet=e.get("bodySnippet"), body_truncated=bool(e.get("bodyTruncated")),
+            succeeded=False,
+            error_kind=e.get("kind"),
+            error_message=e.get("message"),
+            status=e.get("status"),
+            latency_ms=e.get("latencyMs"),
+            headers=e.get("headers") or {},
+            body_snippet=e.get("bodySnippet"),
+            body_truncated=bool(e.get("bodyTruncated")),
         )

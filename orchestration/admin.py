@@ -30,9 +30,7 @@ TAG_CHOICES_LIMIT = 100
 
 
 def pretty_json(value) -> str:
-    return format_html(
-        '<pre style="white-space:pre-wrap;margin:0">{}</pre>', display_json(value)
-    )
+    return format_html('<pre style="white-space:pre-wrap;margin:0">{}</pre>', display_json(value))
 
 
 class TagListFilter(admin.SimpleListFilter):
@@ -76,8 +74,15 @@ class AttemptInline(ReadOnlyInline):
 
     model = HttpExecution
     fields = (
-        "attempt", "state", "worker_id", "started_at", "finished_at", "response_status", "latency_ms",
-        "error_kind", "error_message",
+        "attempt",
+        "state",
+        "worker_id",
+        "started_at",
+        "finished_at",
+        "response_status",
+        "latency_ms",
+        "error_kind",
+        "error_message",
     )
     readonly_fields = fields
     verbose_name_plural = "attempts"

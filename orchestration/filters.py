@@ -132,9 +132,7 @@ class ServiceCallFilter(django_filters.FilterSet):
     (the operator admin, across tenants) each tag is a correlated EXISTS on the unique
     (tenant_id, service_call_id, tag) index."""
 
-    status = django_filters.MultipleChoiceFilter(
-        choices=ServiceCall.Status.choices, method="filter_status"
-    )
+    status = django_filters.MultipleChoiceFilter(choices=ServiceCall.Status.choices, method="filter_status")
     tag = TagsFilter(method="filter_tags")
     q = django_filters.CharFilter(method="filter_q", max_length=MAX_QUERY)
     submittedFrom = InstantFilter(method="filter_submitted_from")  # noqa: N815 (wire name)
@@ -187,9 +185,7 @@ class ServiceCallFilter(django_filters.FilterSet):
     def filter_submitted_to(self, queryset: QuerySet, name: str, value: datetime | None) -> QuerySet:
         if value is None:
             return queryset
-        return queryset.filter(
-            service_call_id__lte=uuid7_ceiling(value + _ID_CLOCK_MARGIN), submitted_at__lte=value
-        )
+        return queryset.filter(service_call_id__lte=uuid7_ceiling(value + _ID_CLOCK_MARGIN), submitted_at__lte=value)
 
     def _with_all_tags(self, queryset: QuerySet, tags: list[str]) -> QuerySet:
         if not tags:
@@ -215,9 +211,15 @@ class ServiceCallFilter(django_filters.FilterSet):
         if self.tenant_id is not None:
             return Q(service_call_id__in=self._tag_ids(tag))
         # Across tenants (the admin): a lookup in the unique (tenant_id, service_call_id, tag).
-        return Q(Exists(ServiceCallTag.objects.filter(
-            tenant_id=OuterRef("tenant_id"), service_call_id=OuterRef("service_call_id"), tag=tag,
-        )))
+        return Q(
+            Exists(
+                ServiceCallTag.objects.filter(
+                    tenant_id=OuterRef("tenant_id"),
+                    service_call_id=OuterRef("service_call_id"),
+                    tag=tag,
+                )
+            )
+        )
 
 
 def filter_errors(filterset: django_filters.FilterSet) -> dict[str, list[str]]:

@@ -23,9 +23,7 @@ class ServiceCall(models.Model):
     # A UUID v7 is unique on its own, so it is the Django primary key; the seed's composite
     # key (tenant_id, service_call_id) is kept as a unique constraint (docs/schema.md).
     service_call_id = models.UUIDField(primary_key=True, editable=False)
-    tenant = models.ForeignKey(
-        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
-    )
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
     submitted_at = models.DateTimeField()
@@ -46,9 +44,7 @@ class ServiceCall(models.Model):
         db_table = "service_calls"
         ordering = ["-service_call_id"]
         constraints = [
-            models.UniqueConstraint(
-                fields=["tenant", "service_call_id"], name="service_calls_tenant_call"
-            ),
+            models.UniqueConstraint(fields=["tenant", "service_call_id"], name="service_calls_tenant_call"),
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
@@ -79,15 +75,11 @@ class ServiceCall(models.Model):
         ]
         indexes = [
             # Status filter of the list: WHERE tenant_id=? AND status IN (...) ORDER BY id DESC.
-            models.Index(
-                fields=["tenant", "status", "-service_call_id"], name="service_calls_tenant_status"
-            ),
+            models.Index(fields=["tenant", "status", "-service_call_id"], name="service_calls_tenant_status"),
             # dueFrom/dueTo filters of the list.
             models.Index(fields=["tenant", "due_at"], name="service_calls_tenant_due"),
             # Watchdog and crash recovery: Running calls by start time.
-            models.Index(
-                fields=["started_at"], condition=Q(status="Running"), name="service_calls_running"
-            ),
+            models.Index(fields=["started_at"], condition=Q(status="Running"), name="service_calls_running"),
         ]
 
     def __str__(self) -> str:
@@ -99,9 +91,7 @@ class ServiceCall(models.Model):
 
 
 class ServiceCallTag(models.Model):
-    tenant = models.ForeignKey(
-        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
-    )
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
     service_call = models.ForeignKey(
         ServiceCall, on_delete=models.CASCADE, db_column="service_call_id", related_name="tag_rows"
     )
@@ -110,16 +100,12 @@ class ServiceCallTag(models.Model):
     class Meta:
         db_table = "service_call_tags"
         constraints = [
-            models.UniqueConstraint(
-                fields=["tenant", "service_call", "tag"], name="service_call_tags_unique"
-            ),
+            models.UniqueConstraint(fields=["tenant", "service_call", "tag"], name="service_call_tags_unique"),
         ]
         indexes = [
             # The tag-filtered list: WHERE tenant_id=? AND tag=? ORDER BY service_call_id DESC,
             # answered from this index alone (seed: idx_service_call_tags_tag).
-            models.Index(
-                fields=["tenant", "tag", "-service_call"], name="service_call_tags_tag"
-            ),
+            models.Index(fields=["tenant", "tag", "-service_call"], name="service_call_tags_tag"),
         ]
 
     def __str__(self) -> str:

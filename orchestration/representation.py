@@ -36,10 +36,13 @@ def service_call_links(call: ServiceCall, *, request: Any = None) -> dict[str, s
         "events": _url(request, reverse("api:tenant-events", kwargs={"tenant_id": call.tenant_id})),
     }
     if call.rerun_of:
-        links["rerunOf"] = _url(request, reverse(
-            "api:service-call-detail",
-            kwargs={"tenant_id": call.tenant_id, "service_call_id": str(call.rerun_of)},
-        ))
+        links["rerunOf"] = _url(
+            request,
+            reverse(
+                "api:service-call-detail",
+                kwargs={"tenant_id": call.tenant_id, "service_call_id": str(call.rerun_of)},
+            ),
+        )
     return links
 
 

@@ -82,7 +82,9 @@ def _fingerprint(submission: Submission) -> str:
     return hmac.new(settings.SECRET_KEY.encode(), canonical.encode(), hashlib.sha256).hexdigest()
 
 
-def _event(call: ServiceCall, type_: str, payload: dict[str, Any], at: datetime, causation_id: str | None = None) -> NewEvent:
+def _event(
+    call: ServiceCall, type_: str, payload: dict[str, Any], at: datetime, causation_id: str | None = None
+) -> NewEvent:
     return NewEvent(
         tenant_id=call.tenant_id,
         aggregate_id=call.service_call_id,
@@ -115,8 +117,12 @@ def service_call_submit(
     try:
         with transaction.atomic():
             call = _insert_call(
-                tenant_id=tenant_id, submission=submission, correlation_id=correlation_id,
-                fingerprint=fingerprint, rerun_of=rerun_of, sealed_headers=sealed_headers,
+                tenant_id=tenant_id,
+                submission=submission,
+                correlation_id=correlation_id,
+                fingerprint=fingerprint,
+                rerun_of=rerun_of,
+                sealed_headers=sealed_headers,
             )
     except IntegrityError:
         # Two requests raced with one idempotency key: the other one stored first.
@@ -142,8 +148,13 @@ def _idempotent_match(tenant_id: str, key: str, fingerprint: str) -> ServiceCall
 
 
 def _insert_call(
-    *, tenant_id: str, submission: Submission, correlation_id: str, fingerprint: str,
-    rerun_of: uuid.UUID | None, sealed_headers: dict[str, Any] | None,
+    *,
+    tenant_id: str,
+    submission: Submission,
+    correlation_id: str,
+    fingerprint: str,
+    rerun_of: uuid.UUID | None,
+    sealed_headers: dict[str, Any] | None,
 ) -> ServiceCall:
     now = utcnow()
     due_at = submission.due_at if submission.due_at and submission.due_at > now else now
@@ -170,19 +181,28 @@ def _insert_call(
     ServiceCallTag.objects.bulk_create(
         [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in submission.tags]
     )
-    outbox_append(events=[
-        _event(call, OutboxEvent.Type.SUBMITTED, {
-            "name": call.name,
-            "requestSpec": public_request_spec(spec, body_limit=EVENT_BODY_SNIPPET),
-            "submittedAt": iso_ms(now),
-            "dueAt": iso_ms(due_at),
-            "tags": submission.tags,
-            **({"rerunOf": str(rerun_of)} if rerun_of else {}),
-        }, now),
-        _event(call, OutboxEvent.Type.SCHEDULED, {"dueAt": iso_ms(due_at)}, now),
-    ])
+    outbox_append(
+        events=[
+            _event(
+                call,
+                OutboxEvent.Type.SUBMITTED,
+                {
+                    "name": call.name,
+                    "requestSpec": public_request_spec(spec, body_limit=EVENT_BODY_SNIPPET),
+                    "submittedAt": iso_ms(now),
+                    "dueAt": iso_ms(due_at),
+                    "tags": submission.tags,
+                    **({"rerunOf": str(rerun_of)} if rerun_of else {}),
+                },
+                now,
+            ),
+            _event(call, OutboxEvent.Type.SCHEDULED, {"dueAt": iso_ms(due_at)}, now),
+        ]
+    )
     timer_register(
-        tenant_id=tenant_id, service_call_id=call.service_call_id, due_at=due_at,
+        tenant_id=tenant_id,
+        service_call_id=call.service_call_id,
+        due_at=due_at,
         correlation_id=correlation_id,
     )
     if due_at <= now:
@@ -197,8 +217,11 @@ def _enqueue_start(tenant_id: str, service_call_id: uuid.UUID) -> None:
     try:
         async_task("workers.tasks.run_due_call", tenant_id, str(service_call_id), q_options={"timeout": 150})
     except Exception:  # the durable timer still fires it; the enqueue is only a shortcut
-        logger.warning("could not enqueue immediate start", exc_info=True,
-                       extra={"tenantId": tenant_id, "serviceCallId": str(service_call_id)})
+        logger.warning(
+            "could not enqueue immediate start",
+            exc_info=True,
+            extra={"tenantId": tenant_id, "serviceCallId": str(service_call_id)},
+        )
 
 
 def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
@@ -221,9 +244,7 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
         ).update(status=ServiceCall.Status.RUNNING, started_at=now)
         if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
             raise RuntimeError("start raced with another writer")
-        outbox_append(events=[
-            _event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now)}, now) for row in rows
-        ])
+        outbox_append(events=[_event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now)}, now) for row in rows])
         started, unreadable = [], []
         for row in rows:
             try:
@@ -260,9 +281,11 @@ def _started(row: ServiceCall) -> StartedCall:
 
 def running_call_for_execution(*, tenant_id: str, service_call_id: uuid.UUID) -> StartedCall | None:
     """A Running call's request, for a worker that executes it after a crash."""
-    row = ServiceCall.objects.filter(
-        tenant_id=tenant_id, pk=service_call_id, status=ServiceCall.Status.RUNNING
-    ).only("service_call_id", "tenant_id", "correlation_id", "request_spec").first()
+    row = (
+        ServiceCall.objects.filter(tenant_id=tenant_id, pk=service_call_id, status=ServiceCall.Status.RUNNING)
+        .only("service_call_id", "tenant_id", "correlation_id", "request_spec")
+        .first()
+    )
     if row is None:
         return None
     try:
@@ -292,15 +315,26 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
                 continue
             status = ServiceCall.Status.SUCCEEDED if outcome.succeeded else ServiceCall.Status.FAILED
             meta = outcome.as_meta()
-            rows.append((status, now, meta, None if outcome.succeeded else outcome.error_kind,
-                         key.service_call_id, key.tenant_id))
-            call = ServiceCall(service_call_id=key.service_call_id, tenant_id=key.tenant_id,
-                               correlation_id=correlation_id)
+            rows.append(
+                (
+                    status,
+                    now,
+                    meta,
+                    None if outcome.succeeded else outcome.error_kind,
+                    key.service_call_id,
+                    key.tenant_id,
+                )
+            )
+            call = ServiceCall(
+                service_call_id=key.service_call_id, tenant_id=key.tenant_id, correlation_id=correlation_id
+            )
             type_ = OutboxEvent.Type.SUCCEEDED if outcome.succeeded else OutboxEvent.Type.FAILED
             events.append(_event(call, type_, {"finishedAt": iso_ms(now), **meta}, now))
         update_many(
-            ServiceCall, set_fields=["status", "finished_at", "outcome_meta", "error_kind"],
-            where_fields=["service_call_id", "tenant"], rows=rows,
+            ServiceCall,
+            set_fields=["status", "finished_at", "outcome_meta", "error_kind"],
+            where_fields=["service_call_id", "tenant"],
+            rows=rows,
             where_extra={"status": ServiceCall.Status.RUNNING},
         )
         if events:
@@ -355,10 +389,17 @@ def service_call_tags_set(
             [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in added]
         )
         now = utcnow()
-        outbox_append(events=[
-            _event(call, OutboxEvent.Type.TAGGED, {"tags": tags, "added": added, "removed": removed}, now,
-                   causation_id=correlation_id),
-        ])
+        outbox_append(
+            events=[
+                _event(
+                    call,
+                    OutboxEvent.Type.TAGGED,
+                    {"tags": tags, "added": added, "removed": removed},
+                    now,
+                    causation_id=correlation_id,
+                ),
+            ]
+        )
     return call
 
 
@@ -368,7 +409,8 @@ def service_call_favorite_set(
     """Star or unstar: the star is the reserved tag `favorite`."""
     current = list(
         ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call_id=service_call_id)
-        .order_by("id").values_list("tag", flat=True)
+        .order_by("id")
+        .values_list("tag", flat=True)
     )
     if not ServiceCall.objects.filter(tenant_id=tenant_id, pk=service_call_id).exists():
         raise NotFound(f"Service call {service_call_id} not found.")
@@ -378,29 +420,37 @@ def service_call_favorite_set(
     )
 
 
-def service_call_rerun(
-    *, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str
-) -> ServiceCall:
+def service_call_rerun(*, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str) -> ServiceCall:
     """Submit a new call with the same request (new id, due now); ValidationFailed if the stored
     request holds what validation now refuses."""
     original = _get(tenant_id, service_call_id)
     spec = original.request_spec
     tags = list(
         ServiceCallTag.objects.filter(tenant_id=tenant_id, service_call=original)
-        .exclude(tag=FAVORITE_TAG).order_by("id").values_list("tag", flat=True)
+        .exclude(tag=FAVORITE_TAG)
+        .order_by("id")
+        .values_list("tag", flat=True)
     )
     # A row stored before the rules of docs/security.md §1 may hold what they refuse now (a
     # lone surrogate, a NUL, a body nested too deep): a copy is refused as a new call would be.
     validate_encodable({"name": original.name, "requestSpec": spec, "tags": tags})
     submission = Submission(
-        name=original.name, method=spec["method"], url=spec["url"],
+        name=original.name,
+        method=spec["method"],
+        url=spec["url"],
         headers={name: "" for name in spec.get("headers") or {}},  # sealed values copied below
-        body=spec.get("body"), timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
-        due_at=None, tags=tags, idempotency_key=None,
+        body=spec.get("body"),
+        timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
+        due_at=None,
+        tags=tags,
+        idempotency_key=None,
     )
     call, _ = service_call_submit(
-        tenant_id=tenant_id, submission=submission, correlation_id=correlation_id,
-        rerun_of=original.service_call_id, sealed_headers=dict(spec.get("headers") or {}),
+        tenant_id=tenant_id,
+        submission=submission,
+        correlation_id=correlation_id,
+        rerun_of=original.service_call_id,
+        sealed_headers=dict(spec.get("headers") or {}),
     )
     return call
 

@@ -41,13 +41,12 @@ def _claim(limit: int) -> list[OutboxEvent]:
         now = utcnow()
         unpublished = OutboxEvent.objects.filter(published_at__isnull=True)
         blocked = set(
-            unpublished.filter(Q(next_attempt_at__gt=now) | Q(locked_until__gt=now))
-            .values_list("aggregate_id", flat=True)
+            unpublished.filter(Q(next_attempt_at__gt=now) | Q(locked_until__gt=now)).values_list(
+                "aggregate_id", flat=True
+            )
         )
         candidates = list(
-            unpublished.filter(_claimable(now))
-            .select_for_update(skip_locked=True)
-            .order_by("id")[:limit]
+            unpublished.filter(_claimable(now)).select_for_update(skip_locked=True).order_by("id")[:limit]
         )
         claimed = [row for row in candidates if row.aggregate_id not in blocked]
         if claimed:
@@ -56,7 +55,9 @@ def _claim(limit: int) -> list[OutboxEvent]:
 
 
 def dispatch_batch(
-    *, limit: int = 500, sinks: Sequence[Sink] | None = None,
+    *,
+    limit: int = 500,
+    sinks: Sequence[Sink] | None = None,
     write_guard: Callable[[], AbstractContextManager] = nullcontext,
 ) -> int:
     """Publish one batch; returns how many events were published.
@@ -85,9 +86,15 @@ def dispatch_batch(
         except Exception as exc:
             failed[row.pk] = f"{type(exc).__name__}: {exc}"[:1000]
             failed_aggregates.add(row.aggregate_id)
-            logger.warning("event publication failed", extra={
-                "tenantId": row.tenant_id, "serviceCallId": str(row.aggregate_id), "eventId": str(row.event_id),
-            }, exc_info=True)
+            logger.warning(
+                "event publication failed",
+                extra={
+                    "tenantId": row.tenant_id,
+                    "serviceCallId": str(row.aggregate_id),
+                    "eventId": str(row.event_id),
+                },
+                exc_info=True,
+            )
             continue
         published.append(row.pk)
     with write_guard():
@@ -105,7 +112,9 @@ def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str
             if row.pk in failed:
                 attempts = row.attempts + 1
                 OutboxEvent.objects.filter(pk=row.pk).update(
-                    attempts=attempts, last_error=failed[row.pk], locked_until=None,
+                    attempts=attempts,
+                    last_error=failed[row.pk],
+                    locked_until=None,
                     next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)),
                 )
         skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in done]

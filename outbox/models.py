@@ -39,10 +39,16 @@ class OutboxEvent(models.Model):
         ordering = ["id"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(event_type__in=[
-                    "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning",
-                    "ServiceCallSucceeded", "ServiceCallFailed", "ServiceCallTagged",
-                ]),
+                condition=Q(
+                    event_type__in=[
+                        "ServiceCallSubmitted",
+                        "ServiceCallScheduled",
+                        "ServiceCallRunning",
+                        "ServiceCallSucceeded",
+                        "ServiceCallFailed",
+                        "ServiceCallTagged",
+                    ]
+                ),
                 name="outbox_event_type_valid",
             ),
         ]
@@ -53,7 +59,8 @@ class OutboxEvent(models.Model):
             models.Index(fields=["tenant_id", "aggregate_id", "id"], name="outbox_tenant_aggregate"),
             # The events tail: a tenant's published events after a sequence.
             models.Index(
-                fields=["tenant_id", "id"], condition=Q(published_at__isnull=False),
+                fields=["tenant_id", "id"],
+                condition=Q(published_at__isnull=False),
                 name="outbox_tenant_published",
             ),
             # Retention of published events.

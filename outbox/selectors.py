@@ -41,10 +41,14 @@ def events_published_after(
     qs = OutboxEvent.objects.filter(tenant_id=tenant_id, published_at__isnull=False, id__gt=after)
     holding = (
         OutboxEvent.objects.filter(
-            tenant_id=tenant_id, published_at__isnull=True, id__gt=after,
+            tenant_id=tenant_id,
+            published_at__isnull=True,
+            id__gt=after,
             created_at__gt=now - timedelta(seconds=EVENTS_TAIL_HOLD_SECONDS),
         )
-        .order_by("id").values_list("id", flat=True).first()
+        .order_by("id")
+        .values_list("id", flat=True)
+        .first()
     )
     if holding is not None:
         qs = qs.filter(id__lt=holding)
@@ -58,7 +62,9 @@ def _percentile(values: list[float], fraction: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(fraction * (len(ordered) - 1))))]
 
 
-def outbox_backlog(*, now: datetime, tenant_ids: Collection[str] | None = None, with_lag: bool = False) -> dict[str, Any]:
+def outbox_backlog(
+    *, now: datetime, tenant_ids: Collection[str] | None = None, with_lag: bool = False
+) -> dict[str, Any]:
     """Unpublished events, the oldest one's age (uses outbox_unpublished), and optionally the
     publication lag of recent events. tenant_ids=None means all tenants."""
     pending = OutboxEvent.objects.filter(published_at__isnull=True)
@@ -81,11 +87,13 @@ def outbox_backlog(*, now: datetime, tenant_ids: Collection[str] | None = None, 
             .values_list("lag", flat=True)[:LAG_SAMPLE]
             if lag is not None
         ]
-        backlog.update({
-            "lag_p50_ms": _percentile(lags, 0.5),
-            "lag_p99_ms": _percentile(lags, 0.99),
-            "lag_max_ms": max(lags) if lags else None,
-            "lag_sample": len(lags),
-            "lag_window_minutes": int(LAG_WINDOW.total_seconds() // 60),
-        })
+        backlog.update(
+            {
+                "lag_p50_ms": _percentile(lags, 0.5),
+                "lag_p99_ms": _percentile(lags, 0.99),
+                "lag_max_ms": max(lags) if lags else None,
+                "lag_sample": len(lags),
+                "lag_window_minutes": int(LAG_WINDOW.total_seconds() // 60),
+            }
+        )
     return backlog

@@ -21,9 +21,7 @@ class Tenant(models.Model):
         db_table = "tenants"
         ordering = ["id"]
         constraints = [
-            models.CheckConstraint(
-                condition=models.Q(id__regex=TENANT_SLUG_PATTERN), name="tenants_id_slug"
-            ),
+            models.CheckConstraint(condition=models.Q(id__regex=TENANT_SLUG_PATTERN), name="tenants_id_slug"),
         ]
 
     def __str__(self) -> str:
@@ -36,9 +34,7 @@ class Membership(models.Model):
         MEMBER = "member", "Member"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -46,9 +42,7 @@ class Membership(models.Model):
         db_table = "tenant_memberships"
         constraints = [
             models.UniqueConstraint(fields=["tenant", "user"], name="tenant_memberships_unique"),
-            models.CheckConstraint(
-                condition=models.Q(role__in=["owner", "member"]), name="tenant_memberships_role"
-            ),
+            models.CheckConstraint(condition=models.Q(role__in=["owner", "member"]), name="tenant_memberships_role"),
         ]
 
     def __str__(self) -> str:

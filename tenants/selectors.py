@@ -36,7 +36,8 @@ def api_key_lookup(*, raw_key: str) -> ApiKey | None:
         return ApiKey(pk=pk, tenant_id=tenant_id, key_hash=key_hash, last_used_at=last_used_at)
     row = (
         ApiKey.objects.filter(key_hash=key_hash, revoked_at__isnull=True)
-        .order_by().values_list("pk", "tenant_id", "last_used_at")[:1]
+        .order_by()
+        .values_list("pk", "tenant_id", "last_used_at")[:1]
     )
     if not row:
         api_key_forget(key_hash=key_hash)

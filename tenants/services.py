@@ -39,9 +39,7 @@ def api_key_create(*, tenant_id: str, label: str = "") -> tuple[ApiKey, str]:
     if len(label) > 200:
         raise ValidationFailed({"label": ["A key label is at most 200 characters."]})
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(
-        tenant_id=tenant_id, label=label, prefix=raw[:10], key_hash=hash_api_key(raw)
-    )
+    key = ApiKey.objects.create(tenant_id=tenant_id, label=label, prefix=raw[:10], key_hash=hash_api_key(raw))
     return key, raw
 
 
@@ -54,9 +52,7 @@ def membership_add(*, username: str, tenant_id: str, role: str = Membership.Role
         raise NotFound(f"Tenant {tenant_id!r} does not exist.")
     if role not in Membership.Role.values:
         raise ValidationFailed({"role": [f"Role must be one of {', '.join(Membership.Role.values)}."]})
-    membership, _ = Membership.objects.update_or_create(
-        tenant_id=tenant_id, user=user, defaults={"role": role}
-    )
+    membership, _ = Membership.objects.update_or_create(tenant_id=tenant_id, user=user, defaults={"role": role})
     return membership
 
 

@@ -92,10 +92,16 @@ def _make_handler(server: TargetServer):
             body = self.rfile.read(length) if length else b""
             parts = urlsplit(self.path)
             with server.lock:
-                server.requests.append({
-                    "method": self.command, "path": parts.path, "query": parts.query, "headers": dict(self.headers),
-                    "body": body.decode("utf-8", "replace"), "at": time.time(),
-                })
+                server.requests.append(
+                    {
+                        "method": self.command,
+                        "path": parts.path,
+                        "query": parts.query,
+                        "headers": dict(self.headers),
+                        "body": body.decode("utf-8", "replace"),
+                        "at": time.time(),
+                    }
+                )
             segments = [s for s in parts.path.split("/") if s]
             head = segments[0] if segments else "ok"
             if head == "status":
@@ -105,8 +111,13 @@ def _make_handler(server: TargetServer):
                 time.sleep(int(segments[1]) / 1000)
                 self._send(200, b'{"delayed":true}')
             elif head == "echo":
-                payload = {"method": self.command, "path": parts.path, "query": parse_qs(parts.query),
-                           "headers": dict(self.headers), "body": body.decode("utf-8", "replace")}
+                payload = {
+                    "method": self.command,
+                    "path": parts.path,
+                    "query": parse_qs(parts.query),
+                    "headers": dict(self.headers),
+                    "body": body.decode("utf-8", "replace"),
+                }
                 self._send(200, json.dumps(payload).encode())
             elif head == "gzip-bomb":
                 bomb = gzip.compress(b"\0" * (50 * 1024 * 1024))

@@ -13,12 +13,13 @@ class TimerSchedule(models.Model):
 
     # A growing sequence lets the worker read only timers registered since its last look.
     id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey(
-        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+"
-    )
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
     service_call = models.ForeignKey(
-        "orchestration.ServiceCall", on_delete=models.CASCADE, db_column="service_call_id",
-        related_name="+", db_constraint=True,
+        "orchestration.ServiceCall",
+        on_delete=models.CASCADE,
+        db_column="service_call_id",
+        related_name="+",
+        db_constraint=True,
     )
     correlation_id = models.CharField(max_length=64)
     due_at = models.DateTimeField()
@@ -30,12 +31,9 @@ class TimerSchedule(models.Model):
         db_table = "timer_schedules"
         constraints = [
             models.UniqueConstraint(fields=["tenant", "service_call"], name="timer_schedules_key"),
+            models.CheckConstraint(condition=Q(state__in=["Scheduled", "Reached"]), name="timer_schedules_state_valid"),
             models.CheckConstraint(
-                condition=Q(state__in=["Scheduled", "Reached"]), name="timer_schedules_state_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(state="Scheduled", reached_at__isnull=True)
-                | Q(state="Reached", reached_at__isnull=False),
+                condition=Q(state="Scheduled", reached_at__isnull=True) | Q(state="Reached", reached_at__isnull=False),
                 name="timer_schedules_reached_at_set",
             ),
         ]
@@ -43,9 +41,7 @@ class TimerSchedule(models.Model):
             # Seed index: per-tenant polling and the admin's timer lists.
             models.Index(fields=["tenant", "state", "due_at"], name="timer_schedules_due_at"),
             # The worker's due query: WHERE state='Scheduled' AND due_at <= ? ORDER BY due_at.
-            models.Index(
-                fields=["due_at"], condition=Q(state="Scheduled"), name="timer_schedules_pending"
-            ),
+            models.Index(fields=["due_at"], condition=Q(state="Scheduled"), name="timer_schedules_pending"),
             models.Index(fields=["correlation_id"], name="timer_schedules_correlation"),
         ]
 

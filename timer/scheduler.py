@@ -133,10 +133,15 @@ class NearTermScheduler:
     def _set_aside(self, timer: DueTimer) -> None:
         failures = self._failures.get(timer.id, 0) + 1
         self._failures[timer.id] = failures
-        delay = min(60.0, 0.5 * 2 ** failures)
+        delay = min(60.0, 0.5 * 2**failures)
         heapq.heappush(self._heap, (time.time() + delay, timer.id, timer))
-        logger.error("timer %s set aside for %.1fs after %d failures", timer.id, delay, failures,
-                     extra={"tenantId": timer.tenant_id, "serviceCallId": str(timer.service_call_id)})
+        logger.error(
+            "timer %s set aside for %.1fs after %d failures",
+            timer.id,
+            delay,
+            failures,
+            extra={"tenantId": timer.tenant_id, "serviceCallId": str(timer.service_call_id)},
+        )
 
     # -- the loop -----------------------------------------------------------------------------
     def step(self) -> float:

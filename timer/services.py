@@ -12,9 +12,7 @@ from core.ids import utcnow
 from timer.models import TimerSchedule
 
 
-def timer_register(
-    *, tenant_id: str, service_call_id: uuid.UUID, due_at: datetime, correlation_id: str
-) -> bool:
+def timer_register(*, tenant_id: str, service_call_id: uuid.UUID, due_at: datetime, correlation_id: str) -> bool:
     """Idempotent upsert; a Reached timer is never re-armed. Returns True if armed.
 
     One statement, the seed's own (ADR-0003 §5): insert, or move a timer that is still
@@ -29,9 +27,13 @@ def timer_register(
             "SET due_at = excluded.due_at, correlation_id = excluded.correlation_id "
             f"WHERE {table}.state = %s",
             [
-                tenant_id, _db_uuid(service_call_id), correlation_id,
-                _db_datetime(due_at), _db_datetime(utcnow()),
-                TimerSchedule.State.SCHEDULED, TimerSchedule.State.SCHEDULED,
+                tenant_id,
+                _db_uuid(service_call_id),
+                correlation_id,
+                _db_datetime(due_at),
+                _db_datetime(utcnow()),
+                TimerSchedule.State.SCHEDULED,
+                TimerSchedule.State.SCHEDULED,
             ],
         )
         return cursor.rowcount == 1

@@ -36,7 +36,8 @@ class WorkerSession(models.Model):
         indexes = [
             # Finding sessions that stopped beating.
             models.Index(
-                fields=["last_heartbeat_at"], condition=Q(status="running"),
+                fields=["last_heartbeat_at"],
+                condition=Q(status="running"),
                 name="worker_sessions_running",
             ),
         ]

@@ -28,9 +28,12 @@ logger = logging.getLogger("serviceagent.pipeline")
 
 def order_for(call: StartedCall) -> AttemptOrder:
     return AttemptOrder(
-        tenant_id=call.tenant_id, service_call_id=call.service_call_id, correlation_id=call.correlation_id,
-        request=HttpRequest(method=call.method, url=call.url, headers=call.headers, body=call.body,
-                            timeout_ms=call.timeout_ms),
+        tenant_id=call.tenant_id,
+        service_call_id=call.service_call_id,
+        correlation_id=call.correlation_id,
+        request=HttpRequest(
+            method=call.method, url=call.url, headers=call.headers, body=call.body, timeout_ms=call.timeout_ms
+        ),
     )
 
 
@@ -52,12 +55,18 @@ def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
 
 def run_attempt(attempt: Attempt) -> Outcome:
     order = attempt.order
-    with log_context(tenantId=order.tenant_id, serviceCallId=str(order.service_call_id),
-                     correlationId=order.correlation_id):
+    with log_context(
+        tenantId=order.tenant_id, serviceCallId=str(order.service_call_id), correlationId=order.correlation_id
+    ):
         outcome = perform(order.request)
-        logger.info("attempt finished", extra={
-            "status": outcome.status, "errorKind": outcome.error_kind, "latencyMs": outcome.latency_ms,
-        })
+        logger.info(
+            "attempt finished",
+            extra={
+                "status": outcome.status,
+                "errorKind": outcome.error_kind,
+                "latencyMs": outcome.latency_ms,
+            },
+        )
     return outcome
 
 
@@ -65,10 +74,12 @@ def record(results: Sequence[tuple[Attempt, Outcome]]) -> None:
     """Write the attempt log and the calls' final states, in one transaction (one write lock)."""
     with transaction.atomic():
         attempts_finish(results=results)
-        service_calls_finish(results=[
-            (CallKey(attempt.order.tenant_id, attempt.order.service_call_id), outcome)
-            for attempt, outcome in results
-        ])
+        service_calls_finish(
+            results=[
+                (CallKey(attempt.order.tenant_id, attempt.order.service_call_id), outcome)
+                for attempt, outcome in results
+            ]
+        )
 
 
 def run_now(keys: Sequence[CallKey], *, worker_id: str) -> int:

@@ -43,13 +43,17 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
     grace = timedelta(milliseconds=settings.WATCHDOG_GRACE_MS)
 
     orphaned = [
-        attempt for attempt in attempts_sending(limit=1000)
-        if attempt.worker_id not in live or attempt.started_at + timedelta(milliseconds=attempt.timeout_ms) + grace < now
+        attempt
+        for attempt in attempts_sending(limit=1000)
+        if attempt.worker_id not in live
+        or attempt.started_at + timedelta(milliseconds=attempt.timeout_ms) + grace < now
     ]
-    interrupted = set(attempts_interrupt(
-        execution_ids=[a.execution_id for a in orphaned],
-        reason="the worker stopped while the request may have been sent; it is not sent again",
-    ))
+    interrupted = set(
+        attempts_interrupt(
+            execution_ids=[a.execution_id for a in orphaned],
+            reason="the worker stopped while the request may have been sent; it is not sent again",
+        )
+    )
     moved = 0
     if interrupted:
         logger.warning("interrupted %d attempts of dead or stuck workers", len(interrupted))
@@ -67,8 +71,11 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
             to_finish.append((key, outcome_of(attempt)))
     moved += service_calls_finish(results=to_finish)
     if never_sent:
-        started = [c for key in never_sent
-                   if (c := running_call_for_execution(tenant_id=key.tenant_id, service_call_id=key.service_call_id))]
+        started = [
+            c
+            for key in never_sent
+            if (c := running_call_for_execution(tenant_id=key.tenant_id, service_call_id=key.service_call_id))
+        ]
         claimed = claim(started, worker_id=worker_id)
         if claimed:
             logger.warning("executing %d calls left Running without an attempt", len(claimed))

@@ -19,22 +19,30 @@ from workers.models import LoopRun, WorkerSession
 def session_start() -> WorkerSession:
     now = utcnow()
     return WorkerSession.objects.create(
-        id=str(new_id()), hostname=socket.gethostname(), pid=os.getpid(), started_at=now,
-        last_heartbeat_at=now, status=WorkerSession.Status.RUNNING,
+        id=str(new_id()),
+        hostname=socket.gethostname(),
+        pid=os.getpid(),
+        started_at=now,
+        last_heartbeat_at=now,
+        status=WorkerSession.Status.RUNNING,
     )
 
 
 def session_beat(*, session_id: str) -> bool:
     """Returns False if the session was declared dead meanwhile (it must stop working)."""
-    return bool(WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING)
-                .update(last_heartbeat_at=utcnow()))
+    return bool(
+        WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(
+            last_heartbeat_at=utcnow()
+        )
+    )
 
 
 def session_stop(*, session_id: str, error: BaseException | None = None) -> None:
     fields = {"stopped_at": utcnow(), "status": WorkerSession.Status.SUCCESS}
     if error is not None:
-        fields.update(status=WorkerSession.Status.ERROR, error_type=type(error).__name__,
-                      error_message=str(error)[:2000])
+        fields.update(
+            status=WorkerSession.Status.ERROR, error_type=type(error).__name__, error_message=str(error)[:2000]
+        )
     WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(**fields)
 
 
@@ -42,8 +50,11 @@ def sessions_mark_stale(*, now: datetime | None = None) -> list[str]:
     """Sessions that stopped beating become `unknown`, stopped at their last heartbeat."""
     now = now or utcnow()
     cutoff = now - timedelta(seconds=settings.WORKER_STALE_SECONDS)
-    stale = list(WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING, last_heartbeat_at__lt=cutoff)
-                 .values_list("id", "last_heartbeat_at"))
+    stale = list(
+        WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING, last_heartbeat_at__lt=cutoff).values_list(
+            "id", "last_heartbeat_at"
+        )
+    )
     marked = []
     with transaction.atomic():
         for session_id, last in stale:
@@ -99,14 +110,26 @@ class RunRecorder:
     def flush(self, *, force: bool = False) -> None:
         now = utcnow()
         with self._lock:
-            due = {loop: w for loop, w in self._windows.items()
-                   if force or (now - w.started_at).total_seconds() >= self.window_seconds}
+            due = {
+                loop: w
+                for loop, w in self._windows.items()
+                if force or (now - w.started_at).total_seconds() >= self.window_seconds
+            }
             for loop in due:
                 del self._windows[loop]
         rows = [
-            LoopRun(session_id=self.session_id, loop=loop, started_at=w.started_at, duration_ms=round(w.busy_ms, 3),
-                    runs=w.runs, items=w.items, errors=w.errors, error_message=w.last_error)
-            for loop, w in due.items() if w.items or w.errors
+            LoopRun(
+                session_id=self.session_id,
+                loop=loop,
+                started_at=w.started_at,
+                duration_ms=round(w.busy_ms, 3),
+                runs=w.runs,
+                items=w.items,
+                errors=w.errors,
+                error_message=w.last_error,
+            )
+            for loop, w in due.items()
+            if w.items or w.errors
         ]
         if rows:
             LoopRun.objects.bulk_create(rows)

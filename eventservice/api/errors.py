@@ -39,7 +39,12 @@ _DRF_PROBLEMS: list[tuple[type[exceptions.APIException], str, str]] = [
 
 
 def problem_body(
-    *, slug: str, title: str, status_code: int, detail: str, correlation_id: str | None,
+    *,
+    slug: str,
+    title: str,
+    status_code: int,
+    detail: str,
+    correlation_id: str | None,
     errors: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
     body: dict[str, Any] = {
@@ -55,13 +60,23 @@ def problem_body(
 
 
 def problem_response(
-    *, slug: str, title: str, status_code: int, detail: str, request: Any = None,
-    errors: dict[str, list[str]] | None = None, headers: dict[str, str] | None = None,
+    *,
+    slug: str,
+    title: str,
+    status_code: int,
+    detail: str,
+    request: Any = None,
+    errors: dict[str, list[str]] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Response:
     correlation_id = getattr(request, "correlation_id", None) if request is not None else None
     body = problem_body(
-        slug=slug, title=title, status_code=status_code, detail=detail,
-        correlation_id=correlation_id, errors=errors,
+        slug=slug,
+        title=title,
+        status_code=status_code,
+        detail=detail,
+        correlation_id=correlation_id,
+        errors=errors,
     )
     return Response(body, status=status_code, headers=headers, content_type=PROBLEM_CONTENT_TYPE)
 
@@ -90,14 +105,20 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
 
     if isinstance(exc, ApplicationError):
         return problem_response(
-            slug=exc.type_slug, title=exc.title, status_code=exc.status, detail=exc.detail,
-            request=request, errors=exc.errors or None,
+            slug=exc.type_slug,
+            title=exc.title,
+            status_code=exc.status,
+            detail=exc.detail,
+            request=request,
+            errors=exc.errors or None,
         )
     if isinstance(exc, RequestDataTooBig):
         return problem_response(
-            slug="payload-too-large", title="Payload too large",
+            slug="payload-too-large",
+            title="Payload too large",
             status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            detail="The request body is larger than the server accepts.", request=request,
+            detail="The request body is larger than the server accepts.",
+            request=request,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -127,16 +148,27 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         else:
             detail = title
         return problem_response(
-            slug=slug, title=title, status_code=exc.status_code, detail=detail,
-            request=request, errors=errors, headers=headers,
+            slug=slug,
+            title=title,
+            status_code=exc.status_code,
+            detail=detail,
+            request=request,
+            errors=errors,
+            headers=headers,
         )
 
     # Anything else is our bug: log it with the request's context, reveal nothing.
-    logger.exception("unhandled error in API view", extra={
-        "path": getattr(request, "path", ""), "method": getattr(request, "method", ""),
-    })
+    logger.exception(
+        "unhandled error in API view",
+        extra={
+            "path": getattr(request, "path", ""),
+            "method": getattr(request, "method", ""),
+        },
+    )
     return problem_response(
-        slug="internal-error", title="Internal server error", status_code=500,
+        slug="internal-error",
+        title="Internal server error",
+        status_code=500,
         detail="An unexpected error occurred; quote the correlation id when reporting it.",
         request=request,
     )

@@ -41,7 +41,10 @@ def _worker(now: datetime) -> dict[str, Any]:
 def _outbox(now: datetime) -> dict[str, Any]:
     backlog = outbox_backlog(now=now)
     age_ms = backlog["oldest_age_ms"]
-    return {"unpublished": backlog["unpublished"], "oldestUnpublishedAgeSeconds": round(age_ms / 1000, 3) if age_ms else 0.0}
+    return {
+        "unpublished": backlog["unpublished"],
+        "oldestUnpublishedAgeSeconds": round(age_ms / 1000, 3) if age_ms else 0.0,
+    }
 
 
 def attempts_by_error_kind() -> dict[str, int]:

@@ -44,7 +44,8 @@ class ServiceAgentCollector:
             "serviceagent_timers_overdue", "Scheduled timers whose due time has passed.", value=timers["overdue"]
         )
         yield GaugeMetricFamily(
-            "serviceagent_timers_oldest_overdue_seconds", "Age of the oldest overdue timer.",
+            "serviceagent_timers_oldest_overdue_seconds",
+            "Age of the oldest overdue timer.",
             value=timers["oldestOverdueSeconds"],
         )
 
@@ -53,13 +54,15 @@ class ServiceAgentCollector:
             "serviceagent_outbox_unpublished", "Outbox events not yet published.", value=outbox["unpublished"]
         )
         yield GaugeMetricFamily(
-            "serviceagent_outbox_lag_seconds", "Age of the oldest unpublished outbox event.",
+            "serviceagent_outbox_lag_seconds",
+            "Age of the oldest unpublished outbox event.",
             value=outbox["oldestUnpublishedAgeSeconds"],
         )
 
         worker = snap["worker"]
         yield GaugeMetricFamily(
-            "serviceagent_worker_sessions_running", "Worker sessions marked running.",
+            "serviceagent_worker_sessions_running",
+            "Worker sessions marked running.",
             value=worker["runningSessions"],
         )
         age = worker["heartbeatAgeSeconds"]
@@ -70,7 +73,8 @@ class ServiceAgentCollector:
         )
 
         attempts = GaugeMetricFamily(
-            "serviceagent_attempts", "Attempts in the retained execution log by error kind (none: succeeded).",
+            "serviceagent_attempts",
+            "Attempts in the retained execution log by error kind (none: succeeded).",
             labels=["error_kind"],
         )
         for kind in ["none", *ErrorKind.values]:

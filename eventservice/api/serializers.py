@@ -18,11 +18,13 @@ class RequestSpecSerializer(serializers.Serializer):
     method = serializers.ChoiceField(choices=METHODS)
     url = serializers.URLField(max_length=2048, help_text="Absolute http or https URL.")
     headers = serializers.DictField(
-        child=serializers.CharField(), required=False,
+        child=serializers.CharField(),
+        required=False,
         help_text="Header name to value. In responses, secret values are shown as `***`.",
     )
     body = serializers.JSONField(
-        required=False, allow_null=True,
+        required=False,
+        allow_null=True,
         help_text=(
             "A string (sent as is) or any JSON value (sent as JSON). At most 256 KiB, nested at most "
             f"{MAX_BODY_DEPTH} levels; no string or key may hold a NUL (U+0000) or a lone UTF-16 surrogate."
@@ -148,13 +150,12 @@ class SubmitServiceCallSerializer(serializers.Serializer):
     name = serializers.RegexField(r"^(?=.*\S)[^\x00-\x1f]{1,200}$", max_length=200)
     requestSpec = RequestSpecSerializer()
     dueAt = serializers.DateTimeField(
-        required=False, allow_null=True,
+        required=False,
+        allow_null=True,
         help_text="ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
     )
     tags = _tag_list(required=False)
-    idempotencyKey = serializers.CharField(
-        max_length=200, required=False, help_text="Or the Idempotency-Key header."
-    )
+    idempotencyKey = serializers.CharField(max_length=200, required=False, help_text="Or the Idempotency-Key header.")
 
 
 class TagsInputSerializer(serializers.Serializer):
@@ -170,6 +171,7 @@ class ProblemSerializer(serializers.Serializer):
     detail = serializers.CharField()
     correlationId = serializers.CharField()
     errors = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()), required=False,
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
         help_text="For invalid input: wire field name to messages.",
     )

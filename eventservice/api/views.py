@@ -59,7 +59,9 @@ def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
 
 
 TENANT_PARAM = OpenApiParameter(
-    "tenant_id", {"type": "string", "pattern": TENANT_SLUG_PATTERN}, OpenApiParameter.PATH,
+    "tenant_id",
+    {"type": "string", "pattern": TENANT_SLUG_PATTERN},
+    OpenApiParameter.PATH,
     description="Tenant id (slug).",
 )
 # A filter time: a date-time with a zone, a date, or empty (no bound), as forms send it.
@@ -82,24 +84,42 @@ class ServiceCallListApi(TenantApiView):
         description="The tenant's calls, newest submitted first, filtered, with cursor pagination.",
         parameters=[
             TENANT_PARAM,
-            OpenApiParameter("status", str, many=True, enum=ServiceCall.Status.values,
-                             description="Repeatable: any of these statuses."),
+            OpenApiParameter(
+                "status",
+                str,
+                many=True,
+                enum=ServiceCall.Status.values,
+                description="Repeatable: any of these statuses.",
+            ),
             OpenApiParameter(
                 "tag",
-                {"type": "array", "maxItems": 20,
-                 "items": {"type": "string", "pattern": r"^[^\s\x00-\x1f\x7f]{1,64}$", "maxLength": 64}},
-                style="form", explode=True, description="Repeatable: all of these tags.",
+                {
+                    "type": "array",
+                    "maxItems": 20,
+                    "items": {"type": "string", "pattern": r"^[^\s\x00-\x1f\x7f]{1,64}$", "maxLength": 64},
+                },
+                style="form",
+                explode=True,
+                description="Repeatable: all of these tags.",
             ),
-            OpenApiParameter("q", {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
-                             description="Name contains (case-insensitive)."),
+            OpenApiParameter(
+                "q",
+                {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
+                description="Name contains (case-insensitive).",
+            ),
             OpenApiParameter("submittedFrom", INSTANT, description=INSTANT_HELP),
             OpenApiParameter("submittedTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
             OpenApiParameter("dueFrom", INSTANT, description=INSTANT_HELP),
             OpenApiParameter("dueTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
             OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
-            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
-            OpenApiParameter("cursor", {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
-                             description="Opaque; from a `next` or `previous` link."),
+            OpenApiParameter(
+                "limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
+            ),
+            OpenApiParameter(
+                "cursor",
+                {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
+                description="Opaque; from a `next` or `previous` link.",
+            ),
         ],
         responses={200: s.ServiceCallPageSerializer, **_problems(400, 401, 404)},
     )
@@ -114,11 +134,13 @@ class ServiceCallListApi(TenantApiView):
         if errors:
             raise ValidationFailed(errors)
         page = keyset_page(filterset.qs, request, limit=limit, cursor=cursor)
-        return Response({
-            "results": [service_call_representation(call, request=request) for call in page.items],
-            "next": page.next,
-            "previous": page.previous,
-        })
+        return Response(
+            {
+                "results": [service_call_representation(call, request=request) for call in page.items],
+                "next": page.next,
+                "previous": page.previous,
+            }
+        )
 
 
 class ServiceCallSubmitApi(TenantApiView):
@@ -133,8 +155,9 @@ class ServiceCallSubmitApi(TenantApiView):
         ),
         parameters=[
             TENANT_PARAM,
-            OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER,
-                             description="Same as the body's idempotencyKey."),
+            OpenApiParameter(
+                "Idempotency-Key", str, OpenApiParameter.HEADER, description="Same as the body's idempotencyKey."
+            ),
         ],
         request=s.SubmitServiceCallSerializer,
         responses={
@@ -197,12 +220,14 @@ class ServiceCallTagsApi(TenantApiView):
     def put(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
         data = request.data
         if not isinstance(data, dict) or "tags" not in data:
-            raise ValidationFailed({"tags": ["A body {\"tags\": [...]} is required."]})
+            raise ValidationFailed({"tags": ['A body {"tags": [...]} is required.']})
         unknown = set(data) - {"tags"}
         if unknown:
             raise ValidationFailed({"body": [f"Unknown fields: {', '.join(sorted(unknown))}."]})
         call = service_call_tags_set(
-            tenant_id=self.tenant_id, service_call_id=_call_id(service_call_id), tags=data["tags"],
+            tenant_id=self.tenant_id,
+            service_call_id=_call_id(service_call_id),
+            tags=data["tags"],
             correlation_id=request.correlation_id,
         )
         return Response(_call(request, self.tenant_id, call.service_call_id))
@@ -227,7 +252,8 @@ class ServiceCallRerunApi(TenantApiView):
     )
     def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
         call = service_call_rerun(
-            tenant_id=self.tenant_id, service_call_id=_call_id(service_call_id),
+            tenant_id=self.tenant_id,
+            service_call_id=_call_id(service_call_id),
             correlation_id=request.correlation_id,
         )
         body = _call(request, self.tenant_id, call.service_call_id)
@@ -247,11 +273,14 @@ class TenantEventsApi(TenantApiView):
         summary="Tail the tenant's published events",
         parameters=[
             TENANT_PARAM,
-            OpenApiParameter("after", {"type": "string", "pattern": AFTER_PATTERN}, description=(
-                "An event's `sequence` (0 or absent: from the start) or its envelope `id`."
-            )),
-            OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": EVENTS_MAX_LIMIT,
-                                       "default": EVENTS_DEFAULT_LIMIT}),
+            OpenApiParameter(
+                "after",
+                {"type": "string", "pattern": AFTER_PATTERN},
+                description=("An event's `sequence` (0 or absent: from the start) or its envelope `id`."),
+            ),
+            OpenApiParameter(
+                "limit", {"type": "integer", "minimum": 1, "maximum": EVENTS_MAX_LIMIT, "default": EVENTS_DEFAULT_LIMIT}
+            ),
         ],
         responses={200: s.EventPageSerializer, **_problems(400, 401, 404)},
     )

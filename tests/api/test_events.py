@@ -35,8 +35,18 @@ def test_it_tails_published_events_oldest_first_with_sequence_and_published_at(a
     assert _types(body) == ["ServiceCallSubmitted", "ServiceCallScheduled"] * 2
     assert all(e["tenantId"] == "acme" and e["publishedAt"].endswith("Z") for e in body["results"])
     event = body["results"][0]
-    assert set(event) >= {"id", "type", "tenantId", "aggregateId", "timestampMs", "correlationId",
-                          "causationId", "payload", "sequence", "publishedAt"}
+    assert set(event) >= {
+        "id",
+        "type",
+        "tenantId",
+        "aggregateId",
+        "timestampMs",
+        "correlationId",
+        "causationId",
+        "payload",
+        "sequence",
+        "publishedAt",
+    }
 
 
 def test_unpublished_events_are_not_served(acme_api):

@@ -14,8 +14,12 @@ from workers.models import WorkerSession
 def _session(*, beat_seconds_ago: float, status=WorkerSession.Status.RUNNING, id="w-1") -> WorkerSession:
     now = utcnow()
     return WorkerSession.objects.create(
-        id=id, hostname="host", pid=1, started_at=now - timedelta(minutes=5),
-        last_heartbeat_at=now - timedelta(seconds=beat_seconds_ago), status=status,
+        id=id,
+        hostname="host",
+        pid=1,
+        started_at=now - timedelta(minutes=5),
+        last_heartbeat_at=now - timedelta(seconds=beat_seconds_ago),
+        status=status,
     )
 
 

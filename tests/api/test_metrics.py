@@ -31,10 +31,13 @@ def test_it_exposes_the_figures_in_prometheus_text_format(acme_api):
     running = submit(acme_api, name="runs")["serviceCallId"]
     assert service_call_start(tenant_id="acme", service_call_id=uuid.UUID(running))
     failed = service_call_start(tenant_id="acme", service_call_id=uuid.UUID(submit(acme_api)["serviceCallId"]))
-    service_call_finish(tenant_id="acme", service_call_id=failed.service_call_id,
-                        outcome=Outcome.failure(ErrorKind.TIMEOUT, "slow"))
+    service_call_finish(
+        tenant_id="acme", service_call_id=failed.service_call_id, outcome=Outcome.failure(ErrorKind.TIMEOUT, "slow")
+    )
     now = utcnow()
-    WorkerSession.objects.create(id="w", hostname="h", pid=1, started_at=now, last_heartbeat_at=now - timedelta(seconds=3))
+    WorkerSession.objects.create(
+        id="w", hostname="h", pid=1, started_at=now, last_heartbeat_at=now - timedelta(seconds=3)
+    )
 
     m = _metrics()
 

@@ -30,7 +30,9 @@ def test_it_serves_a_valid_openapi_3_document(db):
         "/api/tenants/{tenant_id}/events",
     }
     assert schema["components"]["securitySchemes"]["apiKey"] == {
-        "type": "http", "scheme": "bearer", "description": schema["components"]["securitySchemes"]["apiKey"]["description"],
+        "type": "http",
+        "scheme": "bearer",
+        "description": schema["components"]["securitySchemes"]["apiKey"]["description"],
     }
 
 
@@ -48,8 +50,18 @@ def test_operations_document_their_problem_responses(db):
     assert "application/problem+json" in submit_op["responses"]["400"]["content"]
     list_op = paths["/api/tenants/{tenant_id}/service-calls"]["get"]
     names = {p["name"] for p in list_op["parameters"]}
-    assert names >= {"status", "tag", "q", "submittedFrom", "submittedTo", "dueFrom", "dueTo", "favorite",
-                     "limit", "cursor"}
+    assert names >= {
+        "status",
+        "tag",
+        "q",
+        "submittedFrom",
+        "submittedTo",
+        "dueFrom",
+        "dueTo",
+        "favorite",
+        "limit",
+        "cursor",
+    }
 
 
 def test_the_documented_call_shape_is_the_one_the_api_answers(acme_api):

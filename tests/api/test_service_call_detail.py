@@ -41,8 +41,9 @@ def test_an_unknown_or_malformed_id_is_404(acme_api, world):
 
 def test_a_finished_call_shows_outcome_attempts_and_published_events(world, http_target, engine):
     api = ApiClient(world.acme_key)
-    created = api.post(calls_url(), valid_payload(spec={"url": http_target.url("/json"), "method": "GET",
-                                                         "body": None})).json()
+    created = api.post(
+        calls_url(), valid_payload(spec={"url": http_target.url("/json"), "method": "GET", "body": None})
+    ).json()
     call_id = created["serviceCallId"]
     wait_for(lambda: ServiceCall.objects.get(pk=call_id).is_terminal)
     wait_for(lambda: not OutboxEvent.objects.filter(aggregate_id=call_id, published_at__isnull=True).exists())
@@ -58,15 +59,19 @@ def test_a_finished_call_shows_outcome_attempts_and_published_events(world, http
     assert attempt["request"]["method"] == "GET" and attempt["request"]["url"] == http_target.url("/json")
     assert attempt["response"]["status"] == 200 and attempt["error"] is None
     assert [e["type"] for e in body["events"]] == [
-        "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning", "ServiceCallSucceeded",
+        "ServiceCallSubmitted",
+        "ServiceCallScheduled",
+        "ServiceCallRunning",
+        "ServiceCallSucceeded",
     ]
     assert all(e["publishedAt"] and e["publishedAt"].endswith("Z") for e in body["events"])
 
 
 def test_secret_header_values_never_appear_in_any_api_response(world, http_target, engine):
     api = ApiClient(world.acme_key)
-    payload = valid_payload(spec={"url": http_target.url("/ok"), "headers": {**SECRETS, "X-Plain": "visible"}},
-                            tags=["secret-test"])
+    payload = valid_payload(
+        spec={"url": http_target.url("/ok"), "headers": {**SECRETS, "X-Plain": "visible"}}, tags=["secret-test"]
+    )
     created = api.post(calls_url(), payload)
     call_id = created.json()["serviceCallId"]
     wait_for(lambda: ServiceCall.objects.get(pk=call_id).is_terminal)
@@ -91,7 +96,10 @@ def test_secret_header_values_never_appear_in_any_api_response(world, http_targe
             assert secret not in text and secret.split("=")[-1] not in text
     detail = api.get(call_url(call_id)).json()
     assert detail["requestSpec"]["headers"] == {
-        "Authorization": "***", "X-Api-Key": "***", "Cookie": "***", "X-Plain": "visible",
+        "Authorization": "***",
+        "X-Api-Key": "***",
+        "Cookie": "***",
+        "X-Plain": "visible",
     }
     assert detail["executions"][0]["request"]["headers"]["Authorization"] == "***"
     assert "visible" in json.dumps(detail)

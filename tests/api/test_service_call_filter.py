@@ -53,18 +53,31 @@ def _assert_index_only(plan: list[str]) -> None:
 
 
 @pytest.mark.parametrize("direction", ["first", "next", "previous"])
-@pytest.mark.parametrize("params", ["tag=red", "tag=red&tag=blue", "tag=red&tag=blue&tag=green", "favorite=true",
-                                    "tag=red&favorite=true"])
+@pytest.mark.parametrize(
+    "params", ["tag=red", "tag=red&tag=blue", "tag=red&tag=blue&tag=green", "favorite=true", "tag=red&favorite=true"]
+)
 def test_the_tag_filtered_page_is_answered_from_indexes(db, params, direction):
     plan = _plan(_page_query(params, direction=direction))
 
     _assert_index_only(plan)
-    tag_lookups = [line for line in plan if "USING COVERING INDEX service_call_tags_tag (tenant_id=? AND tag=?)" in line]
+    tag_lookups = [
+        line for line in plan if "USING COVERING INDEX service_call_tags_tag (tenant_id=? AND tag=?)" in line
+    ]
     assert len(tag_lookups) == params.count("tag=") + params.count("favorite=true")
 
 
-@pytest.mark.parametrize("params", ["", "status=Running", "status=Running&status=Failed", "tag=red&status=Failed",
-                                    "q=report", "submittedFrom=2024-05-01", "favorite=false"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        "",
+        "status=Running",
+        "status=Running&status=Failed",
+        "tag=red&status=Failed",
+        "q=report",
+        "submittedFrom=2024-05-01",
+        "favorite=false",
+    ],
+)
 def test_other_list_pages_use_an_index_in_id_order(db, params):
     _assert_index_only(_plan(_page_query(params)))
 

@@ -8,8 +8,9 @@ from tests.api.conftest import assert_problem, call_url, stored_counts, submit
 
 
 def test_it_submits_a_new_call_with_the_same_request_and_answers_202(acme_api):
-    original = submit(acme_api, tags=["billing", "favorite"],
-                      spec={"headers": {"Authorization": "Bearer secret-1", "X-Trace": "t"}})
+    original = submit(
+        acme_api, tags=["billing", "favorite"], spec={"headers": {"Authorization": "Bearer secret-1", "X-Trace": "t"}}
+    )
 
     response = acme_api.post(call_url(original["serviceCallId"], suffix="/rerun"))
 

@@ -26,8 +26,9 @@ def test_it_replaces_the_tag_set_and_answers_the_call(acme_api):
 def test_a_change_emits_service_call_tagged_with_added_and_removed(acme_api):
     call_id = submit(acme_api, tags=["old", "keep"])["serviceCallId"]
 
-    acme_api.put(call_url(call_id, suffix="/tags"), {"tags": ["keep", "new"]},
-                 headers={"X-Correlation-Id": "tagging-1"})
+    acme_api.put(
+        call_url(call_id, suffix="/tags"), {"tags": ["keep", "new"]}, headers={"X-Correlation-Id": "tagging-1"}
+    )
 
     [event] = OutboxEvent.objects.filter(aggregate_id=call_id, event_type=OutboxEvent.Type.TAGGED)
     payload = event.event_payload["payload"]
@@ -55,8 +56,14 @@ def test_it_refuses_invalid_tags_and_keeps_the_old_set(acme_api):
     call_id = submit(acme_api, tags=["a"])["serviceCallId"]
     before = stored_counts()
 
-    for body in ({"tags": ["two words"]}, {"tags": ["t" * 65]}, {"tags": [f"t{i}" for i in range(21)]},
-                 {"tags": "a"}, {}, {"tags": ["a"], "other": 1}):
+    for body in (
+        {"tags": ["two words"]},
+        {"tags": ["t" * 65]},
+        {"tags": [f"t{i}" for i in range(21)]},
+        {"tags": "a"},
+        {},
+        {"tags": ["a"], "other": 1},
+    ):
         field = "body" if "other" in body else "tags"
         assert_problem(acme_api.put(call_url(call_id, suffix="/tags"), body), 400, errors_for=field)
 
@@ -65,8 +72,7 @@ def test_it_refuses_invalid_tags_and_keeps_the_old_set(acme_api):
 
 
 def test_tags_of_an_unknown_call_are_404(acme_api, world):
-    assert_problem(acme_api.put(call_url("0190a000-0000-7000-8000-000000000000", suffix="/tags"),
-                                {"tags": ["a"]}), 404)
+    assert_problem(acme_api.put(call_url("0190a000-0000-7000-8000-000000000000", suffix="/tags"), {"tags": ["a"]}), 404)
     assert_problem(acme_api.put(call_url("nope", suffix="/tags"), {"tags": ["a"]}), 404)
 
 

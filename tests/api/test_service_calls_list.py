@@ -32,7 +32,9 @@ def varied(acme_api, globex_api):
     """Five acme calls in four states with tags, and one globex call."""
     names = ["alpha report", "Beta REPORT", "gamma", "delta", "epsilon"]
     tags = [["red", "blue"], ["red"], ["blue"], ["red", "blue", "favorite"], []]
-    calls = [submit(acme_api, name=name, tags=tag_list)["serviceCallId"] for name, tag_list in zip(names, tags, strict=True)]
+    calls = [
+        submit(acme_api, name=name, tags=tag_list)["serviceCallId"] for name, tag_list in zip(names, tags, strict=True)
+    ]
     _run(calls[1], outcome=None)  # Running
     _run(calls[2], outcome=Outcome(succeeded=True, status=200, latency_ms=3))
     _run(calls[3], outcome=Outcome.failure(ErrorKind.HTTP_ERROR, "503", status=503))
@@ -145,6 +147,7 @@ def test_it_refuses_invalid_filter_values_with_400(acme_api, world, params, fiel
 
 
 # --- Cursor pagination ------------------------------------------------------------------------
+
 
 @pytest.fixture
 def sixty(acme_api):

@@ -20,20 +20,35 @@ def test_it_accepts_a_call_with_202_location_and_the_representation(acme_api):
     assert response["Location"] == body["links"]["self"]
     assert response["Location"].startswith("http://testserver/api/tenants/acme/service-calls/")
     assert list(body) == [
-        "serviceCallId", "tenantId", "name", "status", "submittedAt", "dueAt", "startedAt",
-        "finishedAt", "requestSpec", "tags", "favorite", "outcome", "correlationId", "links",
+        "serviceCallId",
+        "tenantId",
+        "name",
+        "status",
+        "submittedAt",
+        "dueAt",
+        "startedAt",
+        "finishedAt",
+        "requestSpec",
+        "tags",
+        "favorite",
+        "outcome",
+        "correlationId",
+        "links",
     ]
     call = ServiceCall.objects.get(pk=body["serviceCallId"])
     assert call.tenant_id == "acme" and body["tenantId"] == "acme"
     assert call.status == ServiceCall.Status.SCHEDULED == body["status"]
     assert call.name == body["name"] == "Ping the billing service"
     assert sorted(ServiceCallTag.objects.filter(service_call=call).values_list("tag", flat=True)) == [
-        "billing", "nightly",
+        "billing",
+        "nightly",
     ]
     assert body["requestSpec"] == {
-        "method": "POST", "url": "http://127.0.0.1:9/hook",
+        "method": "POST",
+        "url": "http://127.0.0.1:9/hook",
         "headers": {"Content-Type": "application/json", "X-Trace": "t-1"},
-        "body": {"hello": "world"}, "timeoutMs": 5000,
+        "body": {"hello": "world"},
+        "timeoutMs": 5000,
     }
     assert body["favorite"] is False and body["outcome"] is None
     assert body["correlationId"] == response["X-Correlation-Id"] == call.correlation_id
@@ -77,6 +92,7 @@ def test_an_invalid_correlation_id_is_replaced_by_a_new_one(acme_api):
 
 # --- SPEC §11: every invalid input -> 400 problem with field errors and nothing stored ------
 
+
 def _headers(n: int) -> dict[str, str]:
     return {f"X-H{i}": "v" for i in range(n)}
 
@@ -118,7 +134,8 @@ def test_it_refuses_invalid_input_with_field_errors_and_stores_nothing(acme_api,
 
 def test_the_limits_themselves_are_accepted(acme_api):
     payload = valid_payload(
-        name="n" * 200, tags=[f"t{i}" for i in range(19)] + ["t" * 64],
+        name="n" * 200,
+        tags=[f"t{i}" for i in range(19)] + ["t" * 64],
         spec={"headers": _headers(50), "timeoutMs": 120000, "body": "x" * (256 * 1024)},
     )
     response = acme_api.post(calls_url(), payload)
@@ -166,13 +183,12 @@ def test_the_default_upload_limit_refuses_a_very_large_body_with_413(acme_api, s
 
 
 def test_it_refuses_a_form_encoded_body_with_415(acme_api):
-    response = acme_api.client.post(
-        calls_url(), {"name": "x"}, headers={"Authorization": f"Bearer {acme_api.key}"}
-    )
+    response = acme_api.client.post(calls_url(), {"name": "x"}, headers={"Authorization": f"Bearer {acme_api.key}"})
     assert_problem(response, 415)
 
 
 # --- Idempotency ----------------------------------------------------------------------------
+
 
 def test_the_same_idempotency_key_and_payload_answers_200_with_the_existing_call(acme_api):
     first = acme_api.post(calls_url(), valid_payload(idempotencyKey="order-7"))

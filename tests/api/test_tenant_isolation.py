@@ -15,7 +15,12 @@ def _endpoints(call_id: str, tenant: str = "acme"):
     """(name, method, url, body) of every tenant-scoped operation."""
     return [
         ("list", "get", calls_url(tenant), None),
-        ("submit", "post", calls_url(tenant), {"name": "x", "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/"}}),
+        (
+            "submit",
+            "post",
+            calls_url(tenant),
+            {"name": "x", "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/"}},
+        ),
         ("detail", "get", call_url(call_id, tenant), None),
         ("tags", "put", call_url(call_id, tenant, "/tags"), {"tags": ["x"]}),
         ("rerun", "post", call_url(call_id, tenant, "/rerun"), None),

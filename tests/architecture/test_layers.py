@@ -37,7 +37,9 @@ def _copy_project(to: Path) -> None:
 
 def test_every_app_is_in_the_contract():
     apps = {path.parent.name for path in ROOT.glob("*/apps.py")}
-    assert apps <= set(_contract_packages()), f"apps missing from the layers contract: {apps - set(_contract_packages())}"
+    assert apps <= set(_contract_packages()), (
+        f"apps missing from the layers contract: {apps - set(_contract_packages())}"
+    )
 
 
 def test_the_layers_contract_holds():

@@ -87,14 +87,22 @@ def test_finish_records_the_outcome_once_and_terminal_states_never_change(world)
     stored = ServiceCall.objects.get(pk=call.pk)
     assert stored.status == ServiceCall.Status.SUCCEEDED and stored.error_kind is None
     assert stored.outcome_meta["responseMeta"]["latencyMs"] == 12
-    assert events(call) == ["ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning", "ServiceCallSucceeded"]
+    assert events(call) == [
+        "ServiceCallSubmitted",
+        "ServiceCallScheduled",
+        "ServiceCallRunning",
+        "ServiceCallSucceeded",
+    ]
 
 
 def test_a_failure_carries_its_error_kind(world):
     call = submit()
     service_call_start(tenant_id="acme", service_call_id=call.pk)
-    service_call_finish(tenant_id="acme", service_call_id=call.pk,
-                        outcome=Outcome.failure(ErrorKind.TIMEOUT, "too slow", latency_ms=1000))
+    service_call_finish(
+        tenant_id="acme",
+        service_call_id=call.pk,
+        outcome=Outcome.failure(ErrorKind.TIMEOUT, "too slow", latency_ms=1000),
+    )
     stored = ServiceCall.objects.get(pk=call.pk)
     assert (stored.status, stored.error_kind) == (ServiceCall.Status.FAILED, "Timeout")
     assert stored.outcome_meta == {"errorMeta": {"kind": "Timeout", "message": "too slow", "latencyMs": 1000}}
@@ -102,13 +110,19 @@ def test_a_failure_carries_its_error_kind(world):
 
 def test_a_scheduled_call_cannot_be_finished(world):
     call = submit()
-    assert not service_call_finish(tenant_id="acme", service_call_id=call.pk, outcome=Outcome(succeeded=True, status=200))
+    assert not service_call_finish(
+        tenant_id="acme", service_call_id=call.pk, outcome=Outcome(succeeded=True, status=200)
+    )
     assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.SCHEDULED
 
 
 def test_the_same_idempotency_key_and_payload_returns_the_existing_call(world):
-    first, created = service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x")
-    again, created_again = service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="y")
+    first, created = service_call_submit(
+        tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x"
+    )
+    again, created_again = service_call_submit(
+        tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="y"
+    )
     assert created and not created_again and first.pk == again.pk
     assert ServiceCall.objects.count() == 1
 
@@ -116,13 +130,17 @@ def test_the_same_idempotency_key_and_payload_returns_the_existing_call(world):
 def test_the_same_idempotency_key_with_another_payload_conflicts_and_stores_nothing(world):
     service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x")
     with pytest.raises(Conflict):
-        service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1", name="other"), correlation_id="y")
+        service_call_submit(
+            tenant_id="acme", submission=submission(idempotencyKey="k-1", name="other"), correlation_id="y"
+        )
     assert ServiceCall.objects.count() == 1 and OutboxEvent.objects.count() == 2
 
 
 def test_idempotency_keys_are_per_tenant(world):
     a, _ = service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x")
-    b, created = service_call_submit(tenant_id="globex", submission=submission(idempotencyKey="k-1"), correlation_id="y")
+    b, created = service_call_submit(
+        tenant_id="globex", submission=submission(idempotencyKey="k-1"), correlation_id="y"
+    )
     assert created and a.pk != b.pk
 
 
@@ -130,15 +148,25 @@ def test_tags_replace_the_set_and_emit_one_tagged_event(world):
     call = submit()
     service_call_tags_set(tenant_id="acme", service_call_id=call.pk, tags=["b", "c", "favorite"])
     service_call_tags_set(tenant_id="acme", service_call_id=call.pk, tags=["b", "c", "favorite"])  # no change
-    assert sorted(ServiceCallTag.objects.filter(service_call=call).values_list("tag", flat=True)) == ["b", "c", "favorite"]
+    assert sorted(ServiceCallTag.objects.filter(service_call=call).values_list("tag", flat=True)) == [
+        "b",
+        "c",
+        "favorite",
+    ]
     tagged = OutboxEvent.objects.filter(aggregate_id=call.pk, event_type="ServiceCallTagged")
     assert tagged.count() == 1
     assert tagged.get().event_payload["payload"]["added"] == ["c", "favorite"]
 
 
 def test_rerun_submits_a_new_call_with_the_same_request_and_sealed_secrets(world):
-    call = submit(requestSpec={"method": "POST", "url": "https://example.test/x", "headers": {"Authorization": "Bearer s3cr3t"},
-                               "body": {"a": 1}})
+    call = submit(
+        requestSpec={
+            "method": "POST",
+            "url": "https://example.test/x",
+            "headers": {"Authorization": "Bearer s3cr3t"},
+            "body": {"a": 1},
+        }
+    )
     again = service_call_rerun(tenant_id="acme", service_call_id=call.pk, correlation_id="rerun")
     assert again.pk != call.pk and again.rerun_of == call.pk
     started = service_call_start(tenant_id="acme", service_call_id=again.pk)
@@ -171,7 +199,8 @@ def test_the_idempotency_fingerprint_is_keyed_not_a_bare_hash_of_the_payload(wor
 
     spec = {"method": "GET", "url": "https://example.test/", "headers": {"Authorization": "Bearer weak"}}
     call = submit(idempotencyKey="k-9", requestSpec=spec)
-    canonical = json.dumps(submission(idempotencyKey="k-9", requestSpec=spec).fingerprint_payload(),
-                           sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(
+        submission(idempotencyKey="k-9", requestSpec=spec).fingerprint_payload(), sort_keys=True, separators=(",", ":")
+    )
     stored = ServiceCall.objects.get(pk=call.pk).request_fingerprint
     assert len(stored) == 64 and stored != hashlib.sha256(canonical.encode()).hexdigest()

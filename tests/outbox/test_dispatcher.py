@@ -27,8 +27,18 @@ class RecordingSink:
 
 def append(aggregate, label, tenant="acme"):
     with transaction.atomic():
-        return outbox_append(events=[NewEvent(tenant_id=tenant, aggregate_id=aggregate, type="ServiceCallTagged",
-                                              payload={"label": label}, correlation_id="c", at=utcnow())])[0]
+        return outbox_append(
+            events=[
+                NewEvent(
+                    tenant_id=tenant,
+                    aggregate_id=aggregate,
+                    type="ServiceCallTagged",
+                    payload={"label": label},
+                    correlation_id="c",
+                    at=utcnow(),
+                )
+            ]
+        )[0]
 
 
 def test_it_publishes_every_event_in_id_order_and_marks_it_published(db):
@@ -84,11 +94,30 @@ def test_the_envelope_has_the_shape_of_spec_section_6(db):
     agg = new_id()
     row = append(agg, "x")
     envelope = row.event_payload
-    assert set(envelope) == {"id", "type", "tenantId", "aggregateId", "timestampMs", "correlationId", "causationId", "payload"}
+    assert set(envelope) == {
+        "id",
+        "type",
+        "tenantId",
+        "aggregateId",
+        "timestampMs",
+        "correlationId",
+        "causationId",
+        "payload",
+    }
     assert envelope["aggregateId"] == str(agg) and envelope["id"] == str(row.event_id)
 
 
 def test_append_refuses_to_run_outside_a_transaction(transactional_db):
     with pytest.raises(RuntimeError):
-        outbox_append(events=[NewEvent(tenant_id="acme", aggregate_id=new_id(), type="ServiceCallTagged", payload={},
-                                       correlation_id="c", at=utcnow())])
+        outbox_append(
+            events=[
+                NewEvent(
+                    tenant_id="acme",
+                    aggregate_id=new_id(),
+                    type="ServiceCallTagged",
+                    payload={},
+                    correlation_id="c",
+                    at=utcnow(),
+                )
+            ]
+        )

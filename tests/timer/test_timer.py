@@ -13,8 +13,11 @@ from timer.services import timer_register, timers_mark_reached
 
 
 def make_call(due_in: float = 60):
-    data = {"name": "t", "requestSpec": {"method": "GET", "url": "https://example.test/"},
-            "dueAt": (datetime.now(UTC) + timedelta(seconds=due_in)).isoformat()}
+    data = {
+        "name": "t",
+        "requestSpec": {"method": "GET", "url": "https://example.test/"},
+        "dueAt": (datetime.now(UTC) + timedelta(seconds=due_in)).isoformat(),
+    }
     call, _ = service_call_submit(tenant_id="acme", submission=validate_submission(data), correlation_id="c")
     return call
 
@@ -73,8 +76,12 @@ def test_a_failing_receiver_sets_the_timer_aside_instead_of_spinning(world):
 
 def test_the_due_query_uses_the_partial_pending_index(world):
     make_call()
-    qs = TimerSchedule.objects.filter(state=TimerSchedule.State.SCHEDULED, due_at__lte=datetime.now(UTC)).order_by("due_at")
-    sql, params = qs.values_list("id", "tenant_id", "service_call_id", "due_at", "correlation_id")[:1000].query.sql_with_params()
+    qs = TimerSchedule.objects.filter(state=TimerSchedule.State.SCHEDULED, due_at__lte=datetime.now(UTC)).order_by(
+        "due_at"
+    )
+    sql, params = qs.values_list("id", "tenant_id", "service_call_id", "due_at", "correlation_id")[
+        :1000
+    ].query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = " | ".join(row[-1] for row in cursor.fetchall())

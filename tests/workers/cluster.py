@@ -39,24 +39,23 @@ class Cluster:
         self.log_path = data_dir / f"qcluster-{name}.log"
 
     def env(self) -> dict[str, str]:
-        env = {
-            key: value for key, value in os.environ.items()
-            if not key.startswith(("DJANGO_", "PYTEST"))
-        }
-        env.update({
-            "DJANGO_SETTINGS_MODULE": "eventservice.settings",
-            "DATABASE_URL": database_url(),
-            "DATA_DIR": str(self.data_dir),
-            "ENGINE_ENABLED": "true",
-            "EGRESS_ALLOWLIST": "127.0.0.0/8,::1",
-            "WORKER_HEARTBEAT_SECONDS": "1",
-            "WORKER_STALE_SECONDS": "3",
-            "WATCHDOG_GRACE_MS": "2000",
-            "Q_WORKERS": "2",
-            "LOG_LEVEL": "WARNING",
-            "EVENT_LOG_LEVEL": "WARNING",
-            "PYTHONPATH": str(ROOT),
-        })
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("DJANGO_", "PYTEST"))}
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "eventservice.settings",
+                "DATABASE_URL": database_url(),
+                "DATA_DIR": str(self.data_dir),
+                "ENGINE_ENABLED": "true",
+                "EGRESS_ALLOWLIST": "127.0.0.0/8,::1",
+                "WORKER_HEARTBEAT_SECONDS": "1",
+                "WORKER_STALE_SECONDS": "3",
+                "WATCHDOG_GRACE_MS": "2000",
+                "Q_WORKERS": "2",
+                "LOG_LEVEL": "WARNING",
+                "EVENT_LOG_LEVEL": "WARNING",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
         env.update(self.extra_env)
         return env
 
@@ -65,7 +64,11 @@ class Cluster:
         log = open(self.log_path, "a")  # noqa: SIM115 - the child writes to it
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "qcluster"],
-            cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         log.close()
         if wait:

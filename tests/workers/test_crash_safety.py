@@ -26,13 +26,17 @@ def submit_burst(http_target) -> dict[str, str]:
         marker = f"n{n}"
         data = {
             "name": f"burst {n}",
-            "requestSpec": {"method": "POST", "url": http_target.url(f"/delay/{150 + (n % 4) * 100}?m={marker}"),
-                            "body": {"n": n}},
+            "requestSpec": {
+                "method": "POST",
+                "url": http_target.url(f"/delay/{150 + (n % 4) * 100}?m={marker}"),
+                "body": {"n": n},
+            },
         }
         if n % 5:  # every fifth call is due at once, the others spread over the next 6 s
             data["dueAt"] = (now + timedelta(milliseconds=50 * n)).isoformat()
-        call, _ = service_call_submit(tenant_id="acme" if n % 2 else "globex",
-                                      submission=validate_submission(data), correlation_id=f"burst-{n}")
+        call, _ = service_call_submit(
+            tenant_id="acme" if n % 2 else "globex", submission=validate_submission(data), correlation_id=f"burst-{n}"
+        )
         ids[marker] = call.pk
     return ids
 
@@ -51,8 +55,13 @@ def test_sigkill_of_the_workers_three_times_loses_nothing_and_sends_nothing_twic
         final = Cluster(tmp_path, name="final").start()
         clusters.append(final)
         wait_for(
-            lambda: not ServiceCall.objects.filter(status__in=[ServiceCall.Status.SCHEDULED, ServiceCall.Status.RUNNING]).exists(),
-            timeout=90, interval=0.25,
+            lambda: (
+                not ServiceCall.objects.filter(
+                    status__in=[ServiceCall.Status.SCHEDULED, ServiceCall.Status.RUNNING]
+                ).exists()
+            ),
+            timeout=90,
+            interval=0.25,
         )
     finally:
         for cluster in clusters:

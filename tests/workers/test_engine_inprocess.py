@@ -32,7 +32,10 @@ def test_a_due_call_succeeds_with_its_four_events_published_in_order(world, http
     wait_for(lambda: not OutboxEvent.objects.filter(aggregate_id=call.pk, published_at__isnull=True).exists())
     events = list(OutboxEvent.objects.filter(aggregate_id=call.pk).order_by("id"))
     assert [e.event_type for e in events] == [
-        "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning", "ServiceCallSucceeded",
+        "ServiceCallSubmitted",
+        "ServiceCallScheduled",
+        "ServiceCallRunning",
+        "ServiceCallSucceeded",
     ]
     published = [e.published_at for e in events]
     assert published == sorted(published)

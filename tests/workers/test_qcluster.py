@@ -50,8 +50,13 @@ def test_a_call_due_in_3s_starts_within_a_second_of_its_due_time(world, http_tar
     lateness = (done.started_at - done.due_at).total_seconds()
     assert 0 <= lateness < 1.0, lateness
     wait_for(lambda: not OutboxEvent.objects.filter(aggregate_id=call.pk, published_at__isnull=True).exists())
-    assert list(OutboxEvent.objects.filter(aggregate_id=call.pk).order_by("id").values_list("event_type", flat=True)) == [
-        "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning", "ServiceCallSucceeded",
+    assert list(
+        OutboxEvent.objects.filter(aggregate_id=call.pk).order_by("id").values_list("event_type", flat=True)
+    ) == [
+        "ServiceCallSubmitted",
+        "ServiceCallScheduled",
+        "ServiceCallRunning",
+        "ServiceCallSucceeded",
     ]
 
 
@@ -73,14 +78,17 @@ def test_a_clean_stop_closes_the_worker_sessions(world, cluster, tmp_path):
     assert WorkerSession.objects.filter(status=WorkerSession.Status.SUCCESS).count() >= 2
 
 
-def test_a_call_submitted_through_the_api_succeeds_with_its_snippet_and_four_events(world, http_target, cluster, client):
+def test_a_call_submitted_through_the_api_succeeds_with_its_snippet_and_four_events(
+    world, http_target, cluster, client
+):
     # INFO logging on: every log line the workers write must be well-formed.
     cluster(LOG_LEVEL="INFO", EVENT_LOG_LEVEL="INFO")
     auth = {"HTTP_AUTHORIZATION": f"Bearer {world.acme_key}"}
     response = client.post(
         "/api/tenants/acme/service-calls",
         data={"name": "via api", "requestSpec": {"method": "POST", "url": http_target.url("/echo"), "body": {"hi": 1}}},
-        content_type="application/json", **auth,
+        content_type="application/json",
+        **auth,
     )
     assert response.status_code == 202, response.content
     location = response["Location"]
@@ -95,6 +103,9 @@ def test_a_call_submitted_through_the_api_succeeds_with_its_snippet_and_four_eve
     echoed = json.loads(body["outcome"]["responseMeta"]["bodySnippet"])
     assert echoed["method"] == "POST" and json.loads(echoed["body"]) == {"hi": 1}
     assert [e["type"] for e in body["events"]] == [
-        "ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning", "ServiceCallSucceeded",
+        "ServiceCallSubmitted",
+        "ServiceCallScheduled",
+        "ServiceCallRunning",
+        "ServiceCallSucceeded",
     ]
     assert http_target.count("/echo") == 1

@@ -16,8 +16,11 @@ from workers.services import session_start
 
 
 def running_call(url="https://example.test/"):
-    call, _ = service_call_submit(tenant_id="acme", correlation_id="c", submission=validate_submission(
-        {"name": "r", "requestSpec": {"method": "GET", "url": url}}))
+    call, _ = service_call_submit(
+        tenant_id="acme",
+        correlation_id="c",
+        submission=validate_submission({"name": "r", "requestSpec": {"method": "GET", "url": url}}),
+    )
     started = service_call_start(tenant_id="acme", service_call_id=call.pk)
     # Make it look as if it started a while ago (past the claim grace).
     ServiceCall.objects.filter(pk=call.pk).update(started_at=utcnow() - timedelta(seconds=30))
@@ -25,8 +28,12 @@ def running_call(url="https://example.test/"):
 
 
 def order(call, started):
-    return AttemptOrder(tenant_id="acme", service_call_id=call.pk, correlation_id="c",
-                        request=HttpRequest(started.method, started.url, started.headers, started.body, started.timeout_ms))
+    return AttemptOrder(
+        tenant_id="acme",
+        service_call_id=call.pk,
+        correlation_id="c",
+        request=HttpRequest(started.method, started.url, started.headers, started.body, started.timeout_ms),
+    )
 
 
 def test_an_attempt_of_a_dead_worker_is_interrupted_and_never_resent(world):

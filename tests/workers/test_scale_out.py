@@ -24,8 +24,10 @@ REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 def redis_reachable() -> bool:
-    return subprocess.run([sys.executable, "scripts/reachable.py", "redis", REDIS_URL],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run([sys.executable, "scripts/reachable.py", "redis", REDIS_URL], capture_output=True).returncode
+        == 0
+    )
 
 
 def run_two_clusters(world, http_target, tmp_path, **env):
@@ -39,8 +41,11 @@ def run_two_clusters(world, http_target, tmp_path, **env):
         markers[f"n{n}"] = call.pk
     clusters = [Cluster(tmp_path, name=f"pg{i}", **env).start() for i in range(2)]
     try:
-        wait_for(lambda: ServiceCall.objects.filter(status=ServiceCall.Status.SUCCEEDED).count() == CALLS,
-                 timeout=90, interval=0.25)
+        wait_for(
+            lambda: ServiceCall.objects.filter(status=ServiceCall.Status.SUCCEEDED).count() == CALLS,
+            timeout=90,
+            interval=0.25,
+        )
         wait_for(lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(), timeout=30)
     finally:
         for cluster in clusters:
