@@ -15,8 +15,6 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -90,8 +88,8 @@ class EgressDenied(Exception):
     """The target is not an address the agent may reach."""
 
 
-class ResolveTimeout(TimeoutError):
-    """The name did not resolve before the attempt's deadline."""
+def default_port(scheme: str) -> int:
+    return 443 if scheme == "https" else 80
 
 
 def refused_header(name: str) -> bool:
@@ -308,41 +306,6 @@ def _port(raw: str, entry: str) -> int:
     return int(raw)
 
 
-# --- Resolution, bounded by the attempt's deadline ----------------------------------------
-
-_attempt = threading.local()
-
-
-def _system_resolver(host: str, port: int) -> list[str]:
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def _resolve_within_deadline(resolver: Resolver, host: str, port: int) -> list[str]:
-    """Run the resolver, abandoned (not awaited) when the attempt's deadline passes first:
-    the C resolver cannot be interrupted, and a hung lookup must cost one attempt, not a
-    worker thread held for the resolver's own (long) retries."""
-    deadline = getattr(_attempt, "deadline", None)
-    if deadline is None:
-        return resolver(host, port)
-    outcome: dict[str, object] = {}
-    done = threading.Event()
-
-    def lookup() -> None:
-        try:
-            outcome["addresses"] = resolver(host, port)
-        except BaseException as exc:  # handed to the waiting thread
-            outcome["error"] = exc
-        done.set()
-
-    threading.Thread(target=lookup, name="egress-resolve", daemon=True).start()
-    if not done.wait(max(0.0, deadline - time.monotonic())):
-        raise ResolveTimeout(f"{host} did not resolve in time")
-    if "error" in outcome:
-        raise outcome["error"]  # type: ignore[misc]
-    return list(outcome["addresses"])  # type: ignore[call-overload]
-
-
 @dataclass(frozen=True)
 class Target:
     scheme: str
@@ -351,23 +314,24 @@ class Target:
     address: str  # the checked address the connection goes to
 
     def host_header(self) -> str:
-        default = 443 if self.scheme == "https" else 80
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == default else f"{host}:{self.port}"
+        return host if self.port == default_port(self.scheme) else f"{host}:{self.port}"
 
 
 def host_header(*, url: str) -> str:
     """The Host header sent for `url`: the name from the URL, whatever address the
     connection is pinned to. Raises ValueError."""
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+    port = parts.port or default_port(parts.scheme)
     return Target(scheme=parts.scheme, host=client_host(url), port=port, address="").host_header()
 
 
 @dataclass
 class EgressPolicy:
     rules: list[AllowRule] = field(default_factory=list)
-    resolver: Resolver = _system_resolver
+    # Tests hand in a resolver; None is the system's (execution/transport.py asks it, bounded
+    # by the attempt's deadline).
+    resolver: Resolver | None = None
 
     @classmethod
     def from_settings(cls) -> EgressPolicy:
@@ -406,7 +370,7 @@ class EgressPolicy:
         edge answer 400 at once. A host name is only judged when the call runs."""
         try:
             parts = urlsplit(url)
-            port = parts.port or (443 if parts.scheme == "https" else 80)
+            port = parts.port or default_port(parts.scheme)
             host = client_host(url)
         except ValueError:
             return None
@@ -419,14 +383,15 @@ class EgressPolicy:
             return str(exc)
         return None
 
-    def resolve(self, url: str) -> Target:
-        """Resolve the URL's host once and check every address; raises EgressDenied,
-        OSError (the name does not resolve) or ResolveTimeout."""
+    def resolve(self, url: str, *, lookup: Resolver | None = None) -> Target:
+        """Resolve the URL's host once (with `lookup`, else the policy's resolver) and check
+        every address; raises EgressDenied, or whatever the lookup raises (OSError when the
+        name does not resolve)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise EgressDenied(f"the scheme {parts.scheme!r} is refused; only http and https")
         try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
+            port = parts.port or default_port(parts.scheme)
             host = client_host(url)  # what requests made of the URL (idempotent on its own)
         except ValueError as exc:
             raise EgressDenied(f"the URL is malformed: {exc}") from None
@@ -435,7 +400,7 @@ class EgressPolicy:
         literal = parse_ip_literal(host)
         # A literal is never handed to a resolver: what is checked is what it denotes.
         addresses: list[str | IPAddress] = (
-            [literal] if literal is not None else _resolve_within_deadline(self.resolver, host, port)
+            [literal] if literal is not None else _lookup(lookup or self.resolver, host, port)
         )
         if not addresses:
             raise socket.gaierror(socket.EAI_NONAME, f"{host} has no address")
@@ -446,20 +411,26 @@ class EgressPolicy:
         return Target(scheme=parts.scheme, host=host, port=port, address=str(checked[0]))
 
 
+def _lookup(resolver: Resolver | None, host: str, port: int) -> list[str]:
+    if resolver is None:
+        raise RuntimeError("no resolver: execution/transport.py resolves for attempts")
+    return resolver(host, port)
+
+
 @lru_cache(maxsize=8)
 def _policy_for(allowlist: tuple[str, ...], agent_base_url: str) -> EgressPolicy:
     rules = [parse_allow_rule(entry) for entry in allowlist]
-    rules.extend(own_mock_target_rules())
+    rules.extend(own_mock_target_rules(agent_base_url))
     return EgressPolicy(rules=rules)
 
 
-def own_mock_target_rules() -> Iterable[AllowRule]:
+def own_mock_target_rules(agent_base_url: str) -> Iterable[AllowRule]:
     """The agent may call its own mock target (docs/security.md §2): paths under `/mock/` on
     the host and port of AGENT_BASE_URL (and on the loopback addresses, on that port, when it
     names this machine). Its API, admin and /metrics on the same origin stay refused."""
     try:
-        base = urlsplit(settings.AGENT_BASE_URL)
-        port = base.port or (443 if base.scheme == "https" else 80)
+        base = urlsplit(agent_base_url)
+        port = base.port or default_port(base.scheme)
     except ValueError:
         return
     host = base.hostname
@@ -475,8 +446,3 @@ def own_mock_target_rules() -> Iterable[AllowRule]:
     if host in ("localhost", "127.0.0.1", "::1"):
         yield AllowRule(network=ipaddress.ip_network("127.0.0.1/32"), port=port, path_prefix=prefix)
         yield AllowRule(network=ipaddress.ip_network("::1/128"), port=port, path_prefix=prefix)
-
-
-def use_deadline(deadline: float | None) -> None:
-    """Bound name resolution in this thread by a time.monotonic() deadline (None: unbounded)."""
-    _attempt.deadline = deadline

@@ -36,7 +36,7 @@ from django.conf import settings
 from django.db import connection
 
 from core.secrets import REDACTED, is_secret_header, redact_headers
-from execution.egress import EgressDenied, EgressPolicy, host_header, refused_header, use_deadline
+from execution.egress import EgressDenied, EgressPolicy, host_header, refused_header
 from execution.outcomes import ErrorKind, Outcome
 from execution.transport import (
     PinnedAdapter,
@@ -193,8 +193,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     if refused:
         return failure(ErrorKind.EGRESS_DENIED, f"the header {refused[0]!r} is set by the agent and refused")
 
-    use_deadline(deadline)
-    sockets = begin_attempt(policy=policy)
+    sockets = begin_attempt(policy=policy, deadline=deadline)
     expired = threading.Event()
 
     def on_deadline() -> None:
@@ -229,7 +228,6 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
             response.close()
         sockets.clear()
         end_attempt()
-        use_deadline(None)
 
     # A target echoing the request (secret headers included) must not put the secrets in
     # the outcome: known secret values are scrubbed from the snippet and header values, and

@@ -23,7 +23,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from execution.egress import EgressDenied, EgressPolicy
+from execution.egress import EgressDenied, EgressPolicy, Resolver
 
 # Below the keep-alive timeout of common servers (gunicorn 2 s, the shortest; Apache and
 # Node.js 5 s; nginx 75 s), with room for a close that is already on its way: a connection
@@ -36,6 +36,10 @@ IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 
 class ResponseHeadersTooLarge(http.client.HTTPException):
     """The response's header section exceeds the configured count or size."""
+
+
+class ResolveTimeout(TimeoutError):
+    """The name did not resolve before the attempt's deadline."""
 
 
 @dataclass
@@ -63,10 +67,12 @@ def may_send_again(*, method: str, progress: WireProgress, peer_closed: bool) ->
 _wire = threading.local()
 
 
-def begin_attempt(*, policy: EgressPolicy | None) -> list[socket.socket]:
+def begin_attempt(*, policy: EgressPolicy | None, deadline: float | None) -> list[socket.socket]:
     """Start an attempt in this thread: the policy the adapter applies (None: from settings),
-    fresh progress, and the list of the sockets it uses (shut down by its deadline)."""
+    its time.monotonic() deadline (bounds name resolution too), fresh progress, and the list
+    of the sockets it uses (shut down by its deadline)."""
     _wire.policy = policy
+    _wire.deadline = deadline
     _wire.progress = WireProgress()
     _wire.new_only = False
     _wire.sockets = []
@@ -75,6 +81,7 @@ def begin_attempt(*, policy: EgressPolicy | None) -> list[socket.socket]:
 
 def end_attempt() -> None:
     _wire.policy = None
+    _wire.deadline = None
     _wire.sockets = None
 
 
@@ -104,6 +111,43 @@ def _register(sock: socket.socket | None) -> None:
     sockets = getattr(_wire, "sockets", None)
     if sockets is not None and sock is not None:
         sockets.append(sock)
+
+
+# --- Name resolution, bounded by the attempt's deadline -------------------------------------
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def _within_deadline(resolver: Resolver) -> Resolver:
+    """The resolver, abandoned (not awaited) when the attempt's deadline passes first: the C
+    resolver cannot be interrupted, and a hung lookup must cost one attempt, not a worker
+    thread held for the resolver's own (long) retries."""
+    deadline = getattr(_wire, "deadline", None)
+    if deadline is None:
+        return resolver
+
+    def bounded(host: str, port: int) -> list[str]:
+        outcome: dict[str, object] = {}
+        done = threading.Event()
+
+        def lookup() -> None:
+            try:
+                outcome["addresses"] = resolver(host, port)
+            except BaseException as exc:  # handed to the waiting thread
+                outcome["error"] = exc
+            done.set()
+
+        threading.Thread(target=lookup, name="egress-resolve", daemon=True).start()
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            raise ResolveTimeout(f"{host} did not resolve in time")
+        if "error" in outcome:
+            raise outcome["error"]  # type: ignore[misc]
+        return list(outcome["addresses"])  # type: ignore[call-overload]
+
+    return bounded
 
 
 # --- Bounded response headers -------------------------------------------------------------
@@ -237,7 +281,7 @@ class PinnedAdapter(HTTPAdapter):
 
     def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
         policy = getattr(_wire, "policy", None) or EgressPolicy.from_settings()
-        target = policy.resolve(request.url)
+        target = policy.resolve(request.url, lookup=_within_deadline(policy.resolver or system_resolver))
         request.headers["Host"] = target.host_header()
         pool_kwargs: dict[str, object] = {}
         if target.scheme == "https":

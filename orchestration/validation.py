@@ -20,7 +20,6 @@ from django.utils.dateparse import parse_datetime
 
 from core.errors import ValidationFailed
 from core.ids import utcnow
-from execution.egress import REFUSED_HEADERS as _EGRESS_REFUSED_HEADERS
 from execution.egress import EgressPolicy, client_host, parse_ip_literal, refused_header
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -48,9 +47,6 @@ MAX_DOCUMENT_DEPTH = 100
 
 # RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
-# Headers the agent controls itself, or that would let a caller smuggle requests; any
-# `Proxy-*` header too (the egress policy owns the list).
-REFUSED_HEADERS = set(_EGRESS_REFUSED_HEADERS) | {"proxy-connection"}
 # 1-64 characters, none of them whitespace or control characters.
 _TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,64}\Z")
 # A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
@@ -218,7 +214,8 @@ def header_name_error(name: Any) -> str | None:
         return "Header names must be non-empty strings."
     if not _TOKEN.match(name):
         return f"Header name {name[:40]!r} is not a valid token."
-    if refused_header(name) or name.lower() in REFUSED_HEADERS:
+    # The egress policy owns the one list (the agent's own, hop-by-hop and Proxy-* headers).
+    if refused_header(name):
         return f"Header {name!r} is set by the agent and cannot be given."
     return None
 

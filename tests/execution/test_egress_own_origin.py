@@ -115,7 +115,9 @@ def test_a_localhost_base_url_allows_the_mock_on_both_loopback_addresses(setting
 def test_a_base_url_with_a_path_moves_the_mock_below_it(settings):
     settings.EGRESS_ALLOWLIST = []
     settings.AGENT_BASE_URL = "https://agent.example.test/agent/"
-    assert list(own_mock_target_rules()) == [AllowRule(host="agent.example.test", port=443, path_prefix="/agent/mock/")]
+    assert list(own_mock_target_rules(settings.AGENT_BASE_URL)) == [
+        AllowRule(host="agent.example.test", port=443, path_prefix="/agent/mock/")
+    ]
     policy = EgressPolicy.from_settings()
     policy.resolver = lambda host, port: ["10.0.0.9"]
     assert policy.resolve("https://agent.example.test/agent/mock/echo").port == 443
@@ -126,7 +128,9 @@ def test_a_base_url_with_a_path_moves_the_mock_below_it(settings):
 def test_the_mock_target_without_a_port_is_allowed_on_the_default_port(settings):
     settings.EGRESS_ALLOWLIST = []
     settings.AGENT_BASE_URL = "http://mock.internal"
-    assert list(own_mock_target_rules()) == [AllowRule(host="mock.internal", port=80, path_prefix="/mock/")]
+    assert list(own_mock_target_rules(settings.AGENT_BASE_URL)) == [
+        AllowRule(host="mock.internal", port=80, path_prefix="/mock/")
+    ]
     policy = EgressPolicy.from_settings()
     assert str(policy.check_address("mock.internal", 80, "10.0.0.9", path="/mock/echo")) == "10.0.0.9"
     for port, path in [(8080, "/mock/echo"), (80, "/admin/"), (80, None)]:
