@@ -326,7 +326,9 @@ else:
     raise SettingsError("Q_BROKER must be 'orm' or a redis:// URL")
 
 # --- Event sinks ----------------------------------------------------------------------------
-NATS_URL = env_str("NATS_URL", "")
+# Where the outbox dispatcher publishes events (dotted paths of outbox.sinks.Sink classes); the
+# log sink is always there (docs/architecture.md, "The path of one call").
+OUTBOX_SINKS = ["outbox.sinks.LogSink"]
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")

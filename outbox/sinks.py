@@ -41,4 +41,4 @@ class LogSink:
 
 @lru_cache(maxsize=1)
 def configured_sinks() -> tuple[Sink, ...]:
-    return tuple(import_string(path)() for path in getattr(settings, "OUTBOX_SINKS", ["outbox.sinks.LogSink"]))
+    return tuple(import_string(path)() for path in settings.OUTBOX_SINKS)
