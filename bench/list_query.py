@@ -1,4 +1,4 @@
-"""The tag-filtered list at scale (SPEC §12): bulk-load a scratch SQLite DB, time the API's query.
+"""The tag-filtered list at scale (bench/README.md): bulk-load a scratch SQLite DB, time the API's query.
 
     python bench/list_query.py --calls 1000000 --tenants 100
 

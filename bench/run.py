@@ -1,4 +1,4 @@
-"""Service Agent benchmarks (SPEC §12), beside django-q2 and Celery measured in the same run.
+"""Service Agent benchmarks (targets: bench/README.md), beside django-q2 and Celery in the same run.
 
     python bench/run.py [--quick] [--only lateness,drain,submission,list] [--big] [--keep]
 
@@ -478,7 +478,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
 
 
 def render(results: dict) -> str:
-    header = ("metric", "Service Agent", "django-q2", "Celery (Redis)", "bare requests", "SPEC target")
+    header = ("metric", "Service Agent", "django-q2", "Celery (Redis)", "bare requests", "target")
     body = rows(results)
     widths = [max(len(str(row[i])) for row in [header, *body]) for i in range(len(header))]
 
@@ -492,7 +492,7 @@ def render(results: dict) -> str:
     out.extend(line(row) for row in body)
     notes = []
     if results["mode"] == "quick":
-        notes.append("--quick: counts are far below the SPEC's; the verdicts are only indicative")
+        notes.append("--quick: counts are far below a full run's; the verdicts are only indicative")
     lateness = results["agent"].get("lateness")
     if lateness:
         notes.append(

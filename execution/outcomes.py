@@ -42,7 +42,7 @@ class Outcome:
         )
 
     def as_meta(self) -> dict[str, Any]:
-        """The camelCase `outcome` of the wire format (SPEC §2)."""
+        """The camelCase `outcome` of the wire format (docs/api.md, 'Outcome')."""
         if self.succeeded:
             return {
                 "responseMeta": {

@@ -1,7 +1,7 @@
 """The wire representation of a service call: one builder for the API and the dashboard.
 
 camelCase keys, times as ISO 8601 UTC with milliseconds and Z, secret header values
-redacted (SPEC §5, §11).
+redacted (docs/api.md, 'Wire format'; docs/security.md, '4. Secrets').
 """
 
 from __future__ import annotations
@@ -118,7 +118,10 @@ def execution_representation(row: HttpExecution) -> dict[str, Any]:
 
 
 def event_representation(row: OutboxEvent) -> dict[str, Any]:
-    """An outbox event: its envelope (SPEC §6), its sequence and its publication time."""
+    """An outbox event: its envelope, its sequence and its publication time.
+
+    The envelope's fields: docs/schema.md, 'The event envelope'.
+    """
     return {
         **row.event_payload,
         "sequence": row.id,

@@ -1,7 +1,8 @@
 """State transitions of service calls: the only code that writes service_calls and their tags.
 
 Every transition is a conditional UPDATE inside one transaction with its outbox events, so a
-duplicate message finds zero rows to change, and that is not an error (SPEC §3 rules 2-3).
+duplicate message finds zero rows to change, and that is not an error (docs/architecture.md,
+'The path of one call').
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ class OutboxEvent(models.Model):
     tenant_id = models.CharField(max_length=63)
     aggregate_id = models.UUIDField()
     event_type = models.CharField(max_length=32, choices=Type.choices)
-    event_payload = JSONField()  # the whole envelope (SPEC §6)
+    event_payload = JSONField()  # the whole envelope (docs/schema.md, 'The event envelope')
     created_at = models.DateTimeField()
     published_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)

@@ -14,7 +14,8 @@ from outbox.models import OutboxEvent
 
 # The events tail waits this long behind a tenant's unpublished event, so a client polling
 # `after=<last seen>` never skips an event published late; a row that keeps failing longer
-# than this stops holding the tail back (SPEC §6: nothing blocks behind one poisoned row).
+# than this stops holding the tail back: nothing blocks behind one poisoned row (docs/api.md,
+# 'Events feed').
 EVENTS_TAIL_HOLD_SECONDS = 30
 LAG_WINDOW = timedelta(minutes=15)
 LAG_SAMPLE = 2000

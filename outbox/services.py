@@ -40,7 +40,10 @@ def envelope_for(event: NewEvent, event_id: uuid.UUID) -> dict[str, Any]:
 
 
 def outbox_append(*, events: list[NewEvent]) -> list[OutboxEvent]:
-    """Append events in order; must run inside the caller's atomic block (SPEC §3 rule 2)."""
+    """Append events in order; must run inside the caller's atomic block.
+
+    A state change and its events commit together (docs/architecture.md, 'The path of one call').
+    """
     if not connection.in_atomic_block:
         raise RuntimeError("outbox_append must run inside the state change's transaction")
     rows = []

@@ -1,4 +1,7 @@
-"""Worker sessions with heartbeats, and records of loop runs (SPEC §13)."""
+"""Worker sessions with heartbeats, and records of loop runs.
+
+What they hold and how long they are kept: docs/architecture.md, 'What the workers record'.
+"""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ from workers.signals import current_worker_id
 
 
 def run_due_call(tenant_id: str, service_call_id: str) -> int:
-    """Start and execute a call that was due at submission (SPEC §3 rule 4).
+    """Start and execute a call that was due at submission, without waiting for a timer poll
+    (docs/architecture.md, 'The path of one call', step 1).
 
     Redelivered, or raced by the engine's timer, the start finds nothing Scheduled and this
     does nothing.

@@ -1,4 +1,4 @@
-"""The REST API of service calls (SPEC §5): one view per operation, thin.
+"""The REST API of service calls (docs/api.md): one view per operation, thin.
 
 Input is checked by orchestration.validation, state changes go through
 orchestration.services, reads through selectors, and output through
