@@ -17,6 +17,8 @@ bomb or an endless body costs one chunk of memory and a bounded read, not its ex
 
 from __future__ import annotations
 
+import base64
+import binascii
 import errno
 import heapq
 import http.client
@@ -178,7 +180,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     started = time.monotonic()
     timeout_s = request.timeout_ms / 1000
     deadline = started + timeout_s
-    secrets = [v for k, v in request.headers.items() if is_secret_header(k) and isinstance(v, str) and v]
+    secrets = secret_values(request.headers)
 
     def latency() -> int:
         return int((time.monotonic() - started) * 1000)
@@ -409,10 +411,39 @@ def _short(exc: BaseException) -> str:
     return text[:200]
 
 
+def secret_values(headers: dict[str, Any]) -> list[str]:
+    """What a target may echo of the secret headers: each whole value, and its parts a server
+    quotes alone ("invalid token <credential>", "unknown session <cookie value>"): the credential
+    after an auth scheme (and a Basic credential's decoded `user:password` and password), and
+    each cookie's value. Longest first, so a whole value is scrubbed before its parts."""
+    found: set[str] = set()
+    for name, value in headers.items():
+        if not (is_secret_header(name) and isinstance(value, str) and value.strip()):
+            continue
+        found.update((value, value.strip()))
+        if name.lower() == "cookie":
+            for pair in value.split(";"):
+                found.add(pair.partition("=")[2].strip().strip('"'))
+            continue
+        words = value.split(None, 1)
+        if len(words) < 2:
+            continue
+        scheme, credential = words[0], words[1].strip()
+        found.add(credential)
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credential, validate=True).decode("utf-8")
+            except (binascii.Error, UnicodeDecodeError):
+                continue
+            found.update((decoded, decoded.partition(":")[2]))
+    return sorted((value for value in found if value), key=len, reverse=True)
+
+
 def _scrub(message: str, secrets: list[str]) -> str:
     """No secret header value survives in a message, whatever library echoed it; and no NUL,
     which a hostile target may send but PostgreSQL's text and jsonb cannot store."""
     for value in secrets:
+        # Shorter values would wreck the text around them (a cookie "id=1" is not worth it).
         if len(value) >= 4:
             message = message.replace(value, REDACTED)
     return message.replace("\x00", "\ufffd")

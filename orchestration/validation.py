@@ -10,28 +10,27 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from core.errors import ValidationFailed
 from core.ids import utcnow
-from execution.egress import EgressPolicy, client_host, parse_ip_literal, refused_header
+from execution.egress import refused_header
+from execution.targets import url_error
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MAX_NAME = 200
-MAX_URL = 2048
 MAX_HEADERS = 50
 MAX_HEADER_VALUE = 8192
 MAX_BODY_BYTES = 256 * 1024
 MAX_TAGS = 20
 MAX_TAG = 64
 MAX_IDEMPOTENCY_KEY = 200
-MAX_HOST = 253
 # An upper bound for callers that check a delay before building a date (submit_call --in);
 # the exact rule is one calendar year (`one_year_after`).
 MAX_AHEAD = timedelta(days=366)
@@ -49,8 +48,18 @@ MAX_DOCUMENT_DEPTH = 100
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 # 1-64 characters, none of them whitespace or control characters.
 _TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,64}\Z")
-# A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
-_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
+# Unicode categories: Cc the control characters (C0, DEL and C1 such as NEL U+0085), Cf the
+# invisible format characters (U+202E RIGHT-TO-LEFT OVERRIDE reverses the text shown after it,
+# U+200B ZERO WIDTH SPACE hides a difference): in a name or tag they spoof what the dashboard
+# and the admin display. Z* is whitespace, NBSP included.
+_CONTROL = frozenset({"Cc"})
+_INVISIBLE = frozenset({"Cc", "Cf"})
+_NOT_VISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def _first_of(text: str, categories: frozenset[str], *, allowed: str = "") -> str | None:
+    """The first character of `text` in one of the Unicode `categories`, or None."""
+    return next((ch for ch in text if ch not in allowed and unicodedata.category(ch) in categories), None)
 
 
 @dataclass
@@ -225,49 +234,12 @@ def header_value_error(name: str, value: Any) -> str | None:
         return f"Header {name[:40]!r} must have a string value."
     if "\r" in value or "\n" in value or "\x00" in value:
         return f"Header {name[:40]!r} must not contain CR, LF or NUL."
-    if any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in value):
-        return f"Header {name[:40]!r} must not contain control characters."
+    if (ch := _first_of(value, _CONTROL, allowed="\t")) is not None:
+        return f"Header {name[:40]!r} must not contain control characters (U+{ord(ch):04X})."
     if any(ord(ch) > 255 for ch in value):
         return f"Header {name[:40]!r} must be ASCII or Latin-1 text."
     if len(value) > MAX_HEADER_VALUE:
         return f"Header {name[:40]!r} is longer than {MAX_HEADER_VALUE} characters."
-    return None
-
-
-def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
-    if not isinstance(url, str) or not url.strip():
-        return "A URL is required."
-    if len(url) > MAX_URL:
-        return f"The URL is longer than {MAX_URL} characters."
-    if has_surrogates(url):
-        return "The URL is not valid Unicode text."
-    if any(ch.isspace() for ch in url) or any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        return "The URL must not contain whitespace or control characters."
-    if "\\" in url:
-        # Browsers read "\" as "/", RFC 3986 parsers do not: refused rather than guessed.
-        return "The URL must not contain backslashes."
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        return f"The URL is malformed: {exc}."
-    if parts.scheme not in ("http", "https"):
-        return "The URL must be absolute and use http or https."
-    if not parts.hostname:
-        return "The URL must name a host."
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        return "The URL must not carry credentials (user:password@); use a header."
-    if port == 0:
-        return "The URL's port must be between 1 and 65535."
-    try:
-        host = client_host(url)
-    except ValueError as exc:
-        return f"The URL's host is not valid: {exc}."
-    if parse_ip_literal(host) is None:
-        if len(host) > MAX_HOST or not _HOST_NAME.match(host):
-            return "The URL's host is not a valid host name or IP address."
-    elif (refusal := (policy or EgressPolicy.from_settings()).literal_refusal(url)) is not None:
-        return f"The URL is refused by the egress policy: {refusal}."
     return None
 
 
@@ -315,6 +287,12 @@ def clean_tags(raw: Any, errors: _Errors, field_name: str = "tags") -> list[str]
     for tag in raw:
         if not isinstance(tag, str) or not _TAG_RE.match(tag):
             errors.add(field_name, f"Tag {str(tag)[:40]!r} must be 1-{MAX_TAG} characters without whitespace.")
+            continue
+        if (ch := _first_of(tag, _INVISIBLE)) is not None:
+            errors.add(
+                field_name,
+                f"Tag {tag[:40]!r} must not contain control or invisible formatting characters (U+{ord(ch):04X}).",
+            )
             continue
         if tag not in tags:
             tags.append(tag)
@@ -371,8 +349,14 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         name = ""
     elif len(name.strip()) > MAX_NAME:
         errors.add("name", f"The name must be at most {MAX_NAME} characters.")
-    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        errors.add("name", "The name must not contain control characters.")
+    elif (ch := _first_of(name, _CONTROL)) is not None:
+        errors.add("name", f"The name must not contain control characters (U+{ord(ch):04X}).")
+    elif (ch := _first_of(name, _INVISIBLE)) is not None:
+        errors.add(
+            "name",
+            f"The name must not contain invisible formatting characters (U+{ord(ch):04X}): "
+            "they change how it is displayed.",
+        )
 
     spec = data.get("requestSpec")
     method, url, headers, body, timeout_ms = "", "", {}, None, settings.EXECUTION_TIMEOUT_MS
@@ -441,8 +425,12 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
     if key is not None and "idempotencyKey" not in refused:
         if not isinstance(key, str) or not key.strip() or len(key) > MAX_IDEMPOTENCY_KEY:
             errors.add("idempotencyKey", f"idempotencyKey must be 1-{MAX_IDEMPOTENCY_KEY} characters.")
-        elif any(ord(ch) < 33 or ord(ch) == 127 for ch in key):
-            errors.add("idempotencyKey", "idempotencyKey must not contain whitespace or control characters.")
+        elif (ch := _first_of(key, _NOT_VISIBLE)) is not None:
+            errors.add(
+                "idempotencyKey",
+                "idempotencyKey must be visible characters only: no whitespace, control or "
+                f"invisible formatting characters (U+{ord(ch):04X}).",
+            )
 
     unknown_top = set(data) - {"name", "requestSpec", "dueAt", "tags", "idempotencyKey"}
     if unknown_top:

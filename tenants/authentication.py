@@ -1,7 +1,7 @@
 """DRF authentication by `Authorization: Bearer <api key>`; the key names one tenant.
 
-An address that keeps presenting bad keys is refused for a while (429), whatever key it sends
-next: docs/security.md#6-deployment-hardening.
+An address that keeps presenting bad keys has its bad keys refused for a while (429); a valid
+key from it still passes: docs/security.md#6-deployment-hardening.
 """
 
 from __future__ import annotations
@@ -90,24 +90,24 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         parts = header.split()
         if parts[0] != self.keyword:
             return None
+        key = api_key_lookup(raw_key=parts[1]) if len(parts) == 2 else None
+        if key is not None:
+            # A valid key always passes, throttled address or not: behind a proxy or NAT every
+            # tenant shares one address, and refusing good keys would let anyone lock them all
+            # out. Keys carry 256 random bits, so a guesser learns nothing from this.
+            api_key_touch(api_key=key)
+            return ApiKeyPrincipal(tenant_id=key.tenant_id, key_id=key.pk), key
         address = client_ip(request)
-        # Checked before the key: a good key answering 200 where bad ones get 429 would tell
-        # a guesser which of its guesses was right.
         wait = api_key_failures_wait(address=address)
         if wait:
             raise exceptions.Throttled(
                 wait=math.ceil(wait),
                 detail="Too many failed API key authentications from your address; try again later.",
             )
+        api_key_failure_record(address=address)
         if len(parts) != 2:
-            api_key_failure_record(address=address)
             raise exceptions.AuthenticationFailed("Malformed Authorization header.")
-        key = api_key_lookup(raw_key=parts[1])
-        if key is None:
-            api_key_failure_record(address=address)
-            raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
-        api_key_touch(api_key=key)
-        return ApiKeyPrincipal(tenant_id=key.tenant_id, key_id=key.pk), key
+        raise exceptions.AuthenticationFailed("Unknown or revoked API key.")
 
     def authenticate_header(self, request) -> str:
         return self.keyword

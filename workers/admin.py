@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.contrib import admin
+from django.db.models.constants import LOOKUP_SEP
 from django.utils.html import format_html
 
 from core.ids import utcnow
@@ -19,10 +20,18 @@ from workers.models import LoopRun, WorkerSession
 ERROR_TEXT_FIELDS = ("error_message", "error_short")
 
 
+def touches_error_text(name) -> bool:
+    """Whether a field name, lookup (`error_message__startswith`), ordering (`-error_message`)
+    or search field (`^error_message`) reaches an error's text; a callable column does not."""
+    if not isinstance(name, str):
+        return False
+    return any(part in ERROR_TEXT_FIELDS for part in name.lstrip("-^=@").split(LOOKUP_SEP))
+
+
 def without_error_text(request, names):
     if request.user.is_superuser:
         return names
-    return [name for name in names if name not in ERROR_TEXT_FIELDS]
+    return [name for name in names if not touches_error_text(name)]
 
 
 class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
@@ -31,6 +40,16 @@ class ReadOnly(ReadOnlyMixin, admin.ModelAdmin):
 
     def get_list_display(self, request):
         return without_error_text(request, super().get_list_display(request))
+
+    def get_search_fields(self, request):
+        return without_error_text(request, super().get_search_fields(request))
+
+    def lookup_allowed(self, lookup, value, request=None):
+        # Django allows any lookup on a local field, so a hidden text would still answer
+        # `?error_message__startswith=…` one guessed prefix at a time: refused (400) instead.
+        if touches_error_text(lookup) and (request is None or not request.user.is_superuser):
+            return False
+        return super().lookup_allowed(lookup, value, request)
 
 
 class LoopRunInline(ReadOnlyMixin, admin.TabularInline):

@@ -1,4 +1,4 @@
-"""validate_submission(): every limit of SPEC §11, at and just past each boundary.
+"""validate_submission(): every limit of docs/security.md §1, at and just past each boundary.
 
 The function is shared by the API, the pages and the commands, so these cases hold at every
 edge; the edges' own tests check that a refusal there stores nothing.
@@ -23,6 +23,7 @@ from orchestration.validation import (
     validate_submission,
     validate_tags,
 )
+from tests.support.api import ApiClient, assert_problem, calls_url, stored_counts, valid_payload
 
 
 def payload(**overrides):
@@ -78,9 +79,23 @@ def test_it_accepts_names_of_1_to_200_characters(name):
         ("   ", "A name is required."),
         (5, "A name is required."),
         ("a" * 201, "The name must be at most 200 characters."),
-        ("line\nbreak", "The name must not contain control characters."),
+        ("line\nbreak", "The name must not contain control characters (U+000A)."),
         ("nul\x00", "name contains a NUL character (U+0000), which cannot be stored."),
-        ("del\x7f", "The name must not contain control characters."),
+        ("del\x7f", "The name must not contain control characters (U+007F)."),
+        ("nel\x85line", "The name must not contain control characters (U+0085)."),
+        ("csi\x9b31m", "The name must not contain control characters (U+009B)."),
+        (
+            "invoice-\u202efdp.exe",
+            "The name must not contain invisible formatting characters (U+202E): they change how it is displayed.",
+        ),
+        (
+            "admin\u200b",
+            "The name must not contain invisible formatting characters (U+200B): they change how it is displayed.",
+        ),
+        (
+            "isolate\u2066x\u2069",
+            "The name must not contain invisible formatting characters (U+2066): they change how it is displayed.",
+        ),
         ("surrogate\ud800", "name contains a lone UTF-16 surrogate (U+D800): it is not valid Unicode text."),
     ],
 )
@@ -263,6 +278,8 @@ def test_it_refuses_hop_by_hop_and_agent_owned_headers(name):
         ("a\x00b", "NUL"),
         ("a\x01b", "control"),
         ("a\x7fb", "control"),
+        ("a\x85b", "control characters (U+0085)"),
+        ("a\x9bb", "control characters (U+009B)"),
         ("snow ☃", "Latin-1"),
         ("x" * 8193, "longer than 8192"),
         (5, "string value"),
@@ -276,8 +293,9 @@ def test_it_refuses_header_values_with_cr_lf_or_control_characters(value, fragme
 
 
 def test_header_values_keep_tabs_and_latin1_and_lose_surrounding_spaces():
-    submission = validate_submission(payload(spec={"headers": {"X-A": "  a\tb  ", "X-B": "café", "X-C": ""}}))
-    assert submission.headers == {"X-A": "a\tb", "X-B": "café", "X-C": ""}
+    headers = {"X-A": "  a\tb  ", "X-B": "café", "X-C": "", "X-D": "non\u00a0breaking"}
+    submission = validate_submission(payload(spec={"headers": headers}))
+    assert submission.headers == {"X-A": "a\tb", "X-B": "café", "X-C": "", "X-D": "non\u00a0breaking"}
 
 
 def test_it_refuses_a_header_given_twice_in_different_case():
@@ -403,10 +421,19 @@ def test_it_refuses_more_than_20_distinct_tags():
         None,
         ["a"],
         "lone\ud800",
+        "nel\x85x",
     ],
 )
 def test_it_refuses_tags_that_are_empty_long_or_contain_whitespace(tag):
     assert "tags" in errors_of(payload(tags=[tag]))
+
+
+@pytest.mark.parametrize(("tag", "code"), [("c1\x80x", "U+0080"), ("rlo\u202ex", "U+202E"), ("zw\u200bsp", "U+200B")])
+def test_it_refuses_tags_with_c1_controls_or_invisible_formatting_characters(tag, code):
+    [message] = errors_of(payload(tags=[tag]))["tags"]
+    assert f"must not contain control or invisible formatting characters ({code})" in message
+    with pytest.raises(ValidationFailed):
+        validate_tags([tag])
 
 
 @pytest.mark.parametrize("tags", ["a,b", {"a": 1}, 3])
@@ -487,5 +514,48 @@ def test_it_refuses_bad_idempotency_keys(key):
     assert "idempotencyKey" in errors_of(payload(idempotencyKey=key))
 
 
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [
+        ("nbsp\u00a0x", "U+00A0"),
+        ("ideographic\u3000space", "U+3000"),
+        ("line\u2028separator", "U+2028"),
+        ("nel\x85x", "U+0085"),
+        ("c1\x9bx", "U+009B"),
+        ("rlo\u202ex", "U+202E"),
+        ("zero\u200bwidth", "U+200B"),
+        ("bom\ufeff", "U+FEFF"),
+    ],
+)
+def test_it_refuses_idempotency_keys_with_invisible_characters_in_the_body_or_the_header(key, code):
+    message = (
+        "idempotencyKey must be visible characters only: no whitespace, control or invisible formatting "
+        f"characters ({code})."
+    )
+    assert errors_of(payload(idempotencyKey=key))["idempotencyKey"] == [message]
+    assert errors_of(payload(), idempotency_header=key)["idempotencyKey"] == [message]
+
+
+def test_visible_non_ascii_idempotency_keys_pass():
+    assert validate_submission(payload(idempotencyKey="ключ-✓-1")).idempotency_key == "ключ-✓-1"
+
+
 def test_it_refuses_a_body_key_that_differs_from_the_header():
     assert "idempotencyKey" in errors_of(payload(idempotencyKey="a"), idempotency_header="b")
+
+
+# --- through the API --------------------------------------------------------------------------
+
+
+def test_the_api_refuses_a_spoofing_name_and_an_invisible_idempotency_key_and_stores_nothing(world):
+    api = ApiClient(world.acme_key)
+    before = stored_counts()
+    response = api.post(calls_url(), valid_payload(name="invoice-\u202efdp.exe"))
+    assert "U+202E" in assert_problem(response, 400, errors_for="name")["errors"]["name"][0]
+    response = api.post(calls_url(), valid_payload(), headers={"Idempotency-Key": "k\u00a01"})
+    assert "U+00A0" in assert_problem(response, 400, errors_for="idempotencyKey")["errors"]["idempotencyKey"][0]
+    response = api.post(calls_url(), valid_payload(spec={"headers": {"X-Note": "a\x85b"}}))
+    assert (
+        "U+0085" in assert_problem(response, 400, errors_for="requestSpec.headers")["errors"]["requestSpec.headers"][0]
+    )
+    assert stored_counts() == before

@@ -1,0 +1,53 @@
+"""What a target URL must be, before anything is sent to it: the rule a service call's URL and a
+webhook subscription's URL share (docs/security.md §1)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from execution.egress import EgressPolicy, client_host, parse_ip_literal
+
+MAX_URL = 2048
+MAX_HOST = 253
+# A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
+    if not isinstance(url, str) or not url.strip():
+        return "A URL is required."
+    if len(url) > MAX_URL:
+        return f"The URL is longer than {MAX_URL} characters."
+    if _SURROGATE.search(url):
+        return "The URL is not valid Unicode text."
+    if any(ch.isspace() for ch in url) or any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        return "The URL must not contain whitespace or control characters."
+    if "\\" in url:
+        # Browsers read "\" as "/", RFC 3986 parsers do not: refused rather than guessed.
+        return "The URL must not contain backslashes."
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"The URL is malformed: {exc}."
+    if parts.scheme not in ("http", "https"):
+        return "The URL must be absolute and use http or https."
+    if not parts.hostname:
+        return "The URL must name a host."
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return "The URL must not carry credentials (user:password@); use a header."
+    if port == 0:
+        return "The URL's port must be between 1 and 65535."
+    try:
+        host = client_host(url)
+    except ValueError as exc:
+        return f"The URL's host is not valid: {exc}."
+    if parse_ip_literal(host) is None:
+        if len(host) > MAX_HOST or not _HOST_NAME.match(host):
+            return "The URL's host is not a valid host name or IP address."
+    elif (refusal := (policy or EgressPolicy.from_settings()).literal_refusal(url)) is not None:
+        return f"The URL is refused by the egress policy: {refusal}."
+    return None
