@@ -1,7 +1,8 @@
 """Publishes outbox rows after commit: in id order per call, one bad row never blocks others.
 
 A dispatcher claims rows with a short lease (conditional update), publishes outside any
-transaction, then marks them published. An aggregate with an unpublished row in backoff or
+transaction, then marks them published, which numbers them in their tenant's events feed
+(outbox.services.outbox_mark_published). An aggregate with an unpublished row in backoff or
 claimed by another dispatcher is skipped entirely, which keeps each call's events in order
 while every other call's events flow.
 """
@@ -18,7 +19,8 @@ from django.db.models import Q
 
 from core.ids import utcnow
 from outbox.models import OutboxEvent
-from outbox.sinks import Sink, configured_sinks
+from outbox.services import outbox_mark_published
+from outbox.sinks import BatchSink, Sink, configured_sinks
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +79,26 @@ def dispatch_batch(
     published: list[int] = []
     failed: dict[int, str] = {}
     failed_aggregates: set = set()
-    for row in rows:
+    # A batch sink (the fan-out to subscribers) takes the whole batch in one write; if it fails,
+    # the whole batch is tried again (it is idempotent).
+    try:
+        for sink in sinks:
+            if isinstance(sink, BatchSink):
+                with write_guard():
+                    sink.publish_events(rows)
+    except Exception as exc:
+        logger.warning("event publication failed", extra={"sink": sink.name}, exc_info=True)
+        failed = {row.pk: f"{type(exc).__name__}: {exc}"[:1000] for row in rows}
+        rows_to_publish: list[OutboxEvent] = []
+    else:
+        rows_to_publish = rows
+    for row in rows_to_publish:
         if row.aggregate_id in failed_aggregates:
             continue  # keep this call's order: wait behind its failed event
         try:
             for sink in sinks:
-                sink.publish([row.event_payload])
+                if not isinstance(sink, BatchSink):
+                    sink.publish([row.event_payload])
         except Exception as exc:
             failed[row.pk] = f"{type(exc).__name__}: {exc}"[:1000]
             failed_aggregates.add(row.aggregate_id)
@@ -106,8 +122,6 @@ def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str
     done = set(published)
     with transaction.atomic():
         now = utcnow()
-        if published:
-            OutboxEvent.objects.filter(pk__in=published).update(published_at=now, locked_until=None)
         for row in rows:
             if row.pk in failed:
                 attempts = row.attempts + 1
@@ -120,3 +134,5 @@ def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str
         skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in done]
         if skipped:
             OutboxEvent.objects.filter(pk__in=skipped).update(locked_until=None)
+        # Last, so the feed counters it locks are held only until the commit that follows.
+        outbox_mark_published(ids=published, at=now)

@@ -33,6 +33,10 @@ class OutboxEvent(models.Model):
     last_error = models.TextField(blank=True, default="")
     # A dispatcher's claim: rows are published by one dispatcher at a time.
     locked_until = models.DateTimeField(null=True, blank=True)
+    # The event's place in its tenant's pull feed: given once, when it is first marked
+    # published, and kept when it is published again. Unlike `id` (taken at INSERT, committed
+    # in any order) these numbers commit in order (docs/architecture.md, 'The events feed').
+    feed_seq = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "outbox"
@@ -51,18 +55,19 @@ class OutboxEvent(models.Model):
                 ),
                 name="outbox_event_type_valid",
             ),
+            # The events feed: WHERE tenant_id = ? AND feed_seq > ? ORDER BY feed_seq. Unique,
+            # so a feed position can never be given twice.
+            models.UniqueConstraint(
+                fields=["tenant_id", "feed_seq"],
+                condition=Q(feed_seq__isnull=False),
+                name="outbox_tenant_feed",
+            ),
         ]
         indexes = [
             # The dispatcher: WHERE published_at IS NULL ORDER BY id.
             models.Index(fields=["id"], condition=Q(published_at__isnull=True), name="outbox_unpublished"),
             # A call's events on its details page and in the API.
             models.Index(fields=["tenant_id", "aggregate_id", "id"], name="outbox_tenant_aggregate"),
-            # The events tail: a tenant's published events after a sequence.
-            models.Index(
-                fields=["tenant_id", "id"],
-                condition=Q(published_at__isnull=False),
-                name="outbox_tenant_published",
-            ),
             # Retention of published events.
             models.Index(fields=["published_at"], name="outbox_published_at"),
         ]
@@ -70,3 +75,22 @@ class OutboxEvent(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.id} {self.event_type} {self.aggregate_id}"
+
+
+class OutboxFeedCounter(models.Model):
+    """The last feed number given to a tenant's events (see OutboxEvent.feed_seq).
+
+    A row, not MAX(feed_seq) + 1: retention may delete a tenant's every published event, and
+    the next numbers must still be above any iterator a reader holds. Its row lock, held until
+    the marking transaction commits, is what makes feed numbers commit in order.
+    """
+
+    tenant_id = models.CharField(max_length=63, primary_key=True)
+    last_seq = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "outbox_feed_counters"
+        verbose_name = "outbox feed counter"
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} at {self.last_seq}"

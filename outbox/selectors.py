@@ -1,22 +1,17 @@
-"""Reads of the outbox: a call's events, the events tail, and the backlog."""
+"""Reads of the outbox: a call's events, the events feed, and the backlog."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import F, QuerySet
 
-from core.ids import utcnow
-from outbox.models import OutboxEvent
+from outbox.models import OutboxEvent, OutboxFeedCounter
 
-# The events tail waits this long behind a tenant's unpublished event, so a client polling
-# `after=<last seen>` never skips an event published late; a row that keeps failing longer
-# than this stops holding the tail back: nothing blocks behind one poisoned row (docs/api.md,
-# 'Events feed').
-EVENTS_TAIL_HOLD_SECONDS = 30
 LAG_WINDOW = timedelta(minutes=15)
 LAG_SAMPLE = 2000
 
@@ -26,34 +21,56 @@ def events_for_call(*, tenant_id: str, service_call_id: uuid.UUID | str) -> Quer
     return OutboxEvent.objects.filter(tenant_id=tenant_id, aggregate_id=service_call_id).order_by("id")
 
 
-def event_sequence_of(*, tenant_id: str, event_id: uuid.UUID | str) -> int | None:
-    """The outbox sequence of a tenant's event, by its envelope id."""
-    return OutboxEvent.objects.filter(tenant_id=tenant_id, event_id=event_id).values_list("id", flat=True).first()
+@dataclass(frozen=True)
+class FeedPage:
+    """One page of a tenant's events feed."""
+
+    events: list[OutboxEvent]
+    # The feed number to pass as `after` next time: the last event's, or, once caught up, the
+    # tenant's head (past events that `types` filtered out).
+    position: int
+    done: bool
 
 
-def events_published_after(
-    *, tenant_id: str, after: int = 0, limit: int = 100, now: datetime | None = None
-) -> list[OutboxEvent]:
-    """A tenant's published events after a sequence, oldest first (uses outbox_tenant_published).
+class FeedPositionAhead(ValueError):
+    """`after` is beyond any feed number this tenant has been given."""
 
-    Stops before the tenant's oldest unpublished event younger than EVENTS_TAIL_HOLD_SECONDS.
-    """
-    now = now or utcnow()
-    qs = OutboxEvent.objects.filter(tenant_id=tenant_id, published_at__isnull=False, id__gt=after)
-    holding = (
-        OutboxEvent.objects.filter(
-            tenant_id=tenant_id,
-            published_at__isnull=True,
-            id__gt=after,
-            created_at__gt=now - timedelta(seconds=EVENTS_TAIL_HOLD_SECONDS),
-        )
-        .order_by("id")
-        .values_list("id", flat=True)
+
+def feed_head(*, tenant_id: str) -> int:
+    """The last feed number given to the tenant's events; 0 before the first (a primary key read)."""
+    return OutboxFeedCounter.objects.filter(tenant_id=tenant_id).values_list("last_seq", flat=True).first() or 0
+
+
+def feed_seq_of_event(*, tenant_id: str, event_id: uuid.UUID | str) -> int | None:
+    """The feed number of a tenant's event by its envelope id; None if there is no such event of
+    this tenant or it has not been published yet."""
+    return (
+        OutboxEvent.objects.filter(tenant_id=tenant_id, event_id=event_id, feed_seq__isnull=False)
+        .values_list("feed_seq", flat=True)
         .first()
     )
-    if holding is not None:
-        qs = qs.filter(id__lt=holding)
-    return list(qs.order_by("id")[:limit])
+
+
+def events_feed(*, tenant_id: str, after: int = 0, limit: int = 50, types: Collection[str] | None = None) -> FeedPage:
+    """A tenant's published events after feed number `after`, oldest first (uses outbox_tenant_feed).
+
+    Gap-free: feed numbers commit in order (outbox.services.outbox_mark_published), so every
+    number up to the head read here is committed and visible, and a reader resuming from the
+    returned position never misses one. The head is read *before* the events and bounds them:
+    jumping to it past filtered-out events is safe only for numbers committed when it was read.
+    An event deleted by retention is simply not there: an old position resumes at the oldest left.
+    Raises FeedPositionAhead if `after` is beyond the head.
+    """
+    head = feed_head(tenant_id=tenant_id)
+    if after > head:
+        raise FeedPositionAhead(after)
+    qs = OutboxEvent.objects.filter(tenant_id=tenant_id, feed_seq__gt=after, feed_seq__lte=head)
+    if types:
+        qs = qs.filter(event_type__in=sorted(types))
+    events = list(qs.order_by("feed_seq")[:limit])
+    if len(events) == limit:
+        return FeedPage(events=events, position=events[-1].feed_seq, done=False)
+    return FeedPage(events=events, position=head, done=True)
 
 
 def _percentile(values: list[float], fraction: float) -> float | None:

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from core.ids import epoch_ms, new_id
-from outbox.models import OutboxEvent
+from outbox.models import OutboxEvent, OutboxFeedCounter
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,50 @@ def outbox_append(*, events: list[NewEvent]) -> list[OutboxEvent]:
     return OutboxEvent.objects.bulk_create(rows)
 
 
+def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
+    """Mark events published and give each one seen for the first time the next number of its
+    tenant's feed; must run inside the caller's atomic block. Returns the rows marked.
+
+    The tenants' counter rows stay locked (taken in tenant order, so two dispatchers never
+    deadlock) until the caller commits: a higher feed number can never commit before a lower
+    one, so a reader past number n has seen every number below it (docs/architecture.md,
+    'The events feed'). An event published again keeps its first number: it is in the feed once.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("outbox_mark_published must run inside the settling transaction")
+    ids = list(ids)
+    if not ids:
+        return 0
+    # Locks the rows first: whoever numbers them after us sees feed_seq set and skips them.
+    marked = OutboxEvent.objects.filter(pk__in=ids).update(published_at=at, locked_until=None)
+    unnumbered = list(
+        OutboxEvent.objects.filter(pk__in=ids, feed_seq__isnull=True).order_by("id").values_list("pk", "tenant_id")
+    )
+    if not unnumbered:
+        return marked
+    tenant_ids = sorted({tenant_id for _, tenant_id in unnumbered})
+    OutboxFeedCounter.objects.bulk_create(
+        [OutboxFeedCounter(tenant_id=tenant_id) for tenant_id in tenant_ids], ignore_conflicts=True
+    )
+    counters = {
+        counter.tenant_id: counter
+        for counter in OutboxFeedCounter.objects.select_for_update()
+        .filter(tenant_id__in=tenant_ids)
+        .order_by("tenant_id")
+    }
+    numbered = []
+    for pk, tenant_id in unnumbered:
+        counter = counters[tenant_id]
+        counter.last_seq += 1
+        numbered.append(OutboxEvent(pk=pk, feed_seq=counter.last_seq))
+    OutboxEvent.objects.bulk_update(numbered, ["feed_seq"])
+    OutboxFeedCounter.objects.bulk_update(list(counters.values()), ["last_seq"])
+    return marked
+
+
 def outbox_publish_again(*, ids: Sequence[int]) -> int:
-    """Operator action: clear backoff so rows are retried now (published ones go out again)."""
+    """Operator action: clear backoff so rows are retried now (published ones go out again, and
+    keep their place in the events feed)."""
     with transaction.atomic():
         return OutboxEvent.objects.filter(pk__in=list(ids)).update(
             published_at=None, next_attempt_at=None, locked_until=None

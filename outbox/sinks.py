@@ -6,10 +6,12 @@ import json
 import logging
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 from django.utils.module_loading import import_string
+
+from outbox.models import OutboxEvent
 
 event_log = logging.getLogger("serviceagent.events")
 
@@ -19,6 +21,16 @@ class Sink(Protocol):
 
     def publish(self, envelopes: Sequence[dict[str, Any]]) -> None:
         """Publish in order; raise to have the rest of the batch retried later."""
+
+
+@runtime_checkable
+class BatchSink(Protocol):
+    """A sink that takes a dispatcher's whole batch of rows at once (in one write)."""
+
+    name: str
+
+    def publish_events(self, events: Sequence[OutboxEvent]) -> None:
+        """Raise to have the whole batch retried later; must be idempotent."""
 
 
 class LogSink:

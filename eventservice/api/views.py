@@ -39,7 +39,8 @@ from orchestration.representation import (
 from orchestration.selectors import service_call_get, service_calls_for_tenant
 from orchestration.services import service_call_rerun, service_call_submit, service_call_tags_set
 from orchestration.validation import validate_submission
-from outbox.selectors import event_sequence_of, events_for_call, events_published_after
+from outbox.models import OutboxEvent
+from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 from tenants.models import TENANT_SLUG_PATTERN
 
 
@@ -260,29 +261,49 @@ class ServiceCallRerunApi(TenantApiView):
         return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["links"]["self"]})
 
 
-EVENTS_DEFAULT_LIMIT = 100
-EVENTS_MAX_LIMIT = 1000
-AFTER_PATTERN = r"^(|[0-9]+|[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12})$"
+EVENTS_DEFAULT_LIMIT = 50
+EVENTS_MAX_LIMIT = 200
+# A feed iterator is "fs_" and a feed number; opaque to clients, who only pass it back.
+ITERATOR_PREFIX = "fs_"
+_UUID = r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}"
+AFTER_PATTERN = rf"^(|{ITERATOR_PREFIX}[0-9]{{1,18}}|{_UUID})$"
+EVENT_TYPES = [choice.value for choice in OutboxEvent.Type]
 
 
 class TenantEventsApi(TenantApiView):
-    """GET the tenant's published events, oldest first, after a sequence or an envelope id."""
+    """GET the tenant's events feed: published events oldest first, gap-free across pages
+    (docs/architecture.md, 'The events feed')."""
 
     @extend_schema(
         operation_id="events_list",
-        summary="Tail the tenant's published events",
+        summary="Read the tenant's events feed",
+        description=(
+            "The tenant's published events, oldest first. Follow `iterator` (pass it as `after`) to "
+            "see every event exactly once, in the same order, however events are committed."
+        ),
         parameters=[
             TENANT_PARAM,
             OpenApiParameter(
                 "after",
                 {"type": "string", "pattern": AFTER_PATTERN},
-                description=("An event's `sequence` (0 or absent: from the start) or its envelope `id`."),
+                description=(
+                    "The `iterator` of the previous page, or an event's envelope `id` to read on "
+                    "behind that event. Absent: from the oldest event kept."
+                ),
+            ),
+            OpenApiParameter(
+                "types",
+                {"type": "string"},
+                description=(
+                    "Comma-separated event types to return (absent: all); the iterator still moves "
+                    f"past the others. One of: {', '.join(EVENT_TYPES)}."
+                ),
             ),
             OpenApiParameter(
                 "limit", {"type": "integer", "minimum": 1, "maximum": EVENTS_MAX_LIMIT, "default": EVENTS_DEFAULT_LIMIT}
             ),
         ],
-        responses={200: s.EventPageSerializer, **_problems(400, 401, 404)},
+        responses={200: s.EventFeedSerializer, **_problems(400, 401, 404)},
     )
     def get(self, request: Request, tenant_id: str) -> Response:
         errors: dict[str, list[str]] = {}
@@ -293,30 +314,53 @@ class TenantEventsApi(TenantApiView):
         except ValueError as exc:
             errors["limit"] = [str(exc)]
         try:
+            types = _event_types(request.query_params.getlist("types"))
+        except ValueError as exc:
+            errors["types"] = [str(exc)]
+        try:
             after = self._after(request.query_params.get("after"))
         except ValueError as exc:
             errors["after"] = [str(exc)]
         if errors:
             raise ValidationFailed(errors)
-        rows = events_published_after(tenant_id=self.tenant_id, after=after, limit=limit)
-        last = rows[-1].id if rows else after
-        next_url = request.build_absolute_uri(request.path) + f"?after={last}&limit={limit}"
-        return Response({"results": [event_representation(row) for row in rows], "next": next_url})
+        try:
+            page = events_feed(tenant_id=self.tenant_id, after=after, limit=limit, types=types)
+        except FeedPositionAhead:
+            raise ValidationFailed(
+                {"after": ["This iterator is ahead of this tenant's feed: pass one this feed returned."]}
+            ) from None
+        return Response(
+            {
+                "data": [event_representation(row) for row in page.events],
+                "iterator": f"{ITERATOR_PREFIX}{page.position}",
+                "done": page.done,
+            }
+        )
 
     def _after(self, raw: str | None) -> int:
-        if raw is None or raw.strip() == "":
+        raw = (raw or "").strip()
+        if raw == "":
             return 0
-        raw = raw.strip()
-        if raw.isdigit():
-            return int(raw)
+        digits = raw.removeprefix(ITERATOR_PREFIX)
+        if digits != raw and digits.isascii() and digits.isdigit() and len(digits) <= 18:
+            return int(digits)
         try:
             event_id = _uuid(raw)
         except ValueError:
-            raise ValueError("after must be an event's sequence number or its envelope id.") from None
-        sequence = event_sequence_of(tenant_id=self.tenant_id, event_id=event_id)
-        if sequence is None:
-            raise ValueError("No event of this tenant has this id; resume from a sequence number.")
-        return sequence
+            raise ValueError("after must be the iterator of a previous page or an event's id.") from None
+        position = feed_seq_of_event(tenant_id=self.tenant_id, event_id=event_id)
+        if position is None:
+            raise ValueError("No published event of this tenant has this id; resume from an iterator.")
+        return position
+
+
+def _event_types(raw_values: list[str]) -> set[str] | None:
+    names = {name.strip() for raw in raw_values for name in raw.split(",") if name.strip()}
+    unknown = sorted(names - set(EVENT_TYPES))
+    if unknown:
+        shown = ", ".join(name[:64] for name in unknown[:5])
+        raise ValueError(f"Unknown event type ({shown}); known types: {', '.join(EVENT_TYPES)}.")
+    return names or None
 
 
 class ApiNotFound(APIView):
