@@ -1,22 +1,20 @@
 """Shared fixtures: two tenants with an owner, a member and an outsider; API keys; a real
-HTTP target on 127.0.0.1; an in-process engine."""
+HTTP target on 127.0.0.1; an in-process engine. Helpers are in tests/support/."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import threading
-import time
+import os
+import socket
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlsplit
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from tenants.models import Membership
-from tenants.services import api_key_create, membership_add, tenant_create
+from tests.support.factories import make_api_key, make_member, make_tenant, make_user
+from tests.support.targets import TargetServer, serving_target
 
 
 @dataclass
@@ -35,128 +33,22 @@ class World:
 
 @pytest.fixture
 def world(db) -> World:
-    user_model = get_user_model()
-    acme = tenant_create(slug="acme", name="Acme")
-    globex = tenant_create(slug="globex", name="Globex")
-    owner = user_model.objects.create_user("owner", password="pw-owner-123")
-    member = user_model.objects.create_user("member", password="pw-member-123")
-    outsider = user_model.objects.create_user("outsider", password="pw-outsider-123")
-    staff = user_model.objects.create_user("staffglobex", password="pw-staff-123", is_staff=True)
-    membership_add(username="owner", tenant_id="acme", role=Membership.Role.OWNER)
-    membership_add(username="member", tenant_id="acme")
-    membership_add(username="outsider", tenant_id="globex")
-    membership_add(username="staffglobex", tenant_id="globex")
-    _, acme_key = api_key_create(tenant_id="acme", label="acme test")
-    _, globex_key = api_key_create(tenant_id="globex", label="globex test")
+    acme = make_tenant("acme")
+    globex = make_tenant("globex")
+    owner = make_member("owner", "acme", role=Membership.Role.OWNER).user
+    member = make_member("member", "acme").user
+    outsider = make_member("outsider", "globex").user
+    staff = make_user("staffglobex", password="pw-staff-123", is_staff=True)
+    make_member("staffglobex", "globex")
+    _, acme_key = make_api_key("acme")
+    _, globex_key = make_api_key("globex")
     return World(acme, globex, owner, member, outsider, staff, acme_key, globex_key)
-
-
-@dataclass
-class TargetServer:
-    """A real HTTP server on 127.0.0.1 recording every request it receives.
-
-    Paths: /ok, /json, /status/<code>, /delay/<ms>, /echo, /gzip-bomb, /drip, /big/<bytes>.
-    """
-
-    host: str
-    port: int
-    requests: list[dict] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def url(self, path: str = "/ok") -> str:
-        return f"http://{self.host}:{self.port}{path}"
-
-    def count(self, path_prefix: str = "") -> int:
-        with self.lock:
-            return sum(1 for r in self.requests if r["path"].startswith(path_prefix))
-
-
-def _make_handler(server: TargetServer):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args) -> None:
-            pass
-
-        def _send(self, status: int, body: bytes, content_type: str = "application/json", extra=None) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            for key, value in (extra or {}).items():
-                self.send_header(key, value)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _handle(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            parts = urlsplit(self.path)
-            with server.lock:
-                server.requests.append(
-                    {
-                        "method": self.command,
-                        "path": parts.path,
-                        "query": parts.query,
-                        "headers": dict(self.headers),
-                        "body": body.decode("utf-8", "replace"),
-                        "at": time.time(),
-                    }
-                )
-            segments = [s for s in parts.path.split("/") if s]
-            head = segments[0] if segments else "ok"
-            if head == "status":
-                code = int(segments[1])
-                self._send(code, json.dumps({"status": code}).encode())
-            elif head == "delay":
-                time.sleep(int(segments[1]) / 1000)
-                self._send(200, b'{"delayed":true}')
-            elif head == "echo":
-                payload = {
-                    "method": self.command,
-                    "path": parts.path,
-                    "query": parse_qs(parts.query),
-                    "headers": dict(self.headers),
-                    "body": body.decode("utf-8", "replace"),
-                }
-                self._send(200, json.dumps(payload).encode())
-            elif head == "gzip-bomb":
-                bomb = gzip.compress(b"\0" * (50 * 1024 * 1024))
-                self._send(200, bomb, "application/octet-stream", {"Content-Encoding": "gzip"})
-            elif head == "big":
-                self._send(200, b"x" * int(segments[1]), "text/plain")
-            elif head == "drip":
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", "100000")
-                self.end_headers()
-                try:
-                    for _ in range(100000):
-                        self.wfile.write(b"x")
-                        self.wfile.flush()
-                        time.sleep(0.2)
-                except OSError:
-                    pass
-            elif head == "json":
-                self._send(200, json.dumps({"hello": "world", "items": [1, 2, 3]}).encode())
-            else:
-                self._send(200, b'{"ok":true}')
-
-        do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
-
-    return Handler
 
 
 @pytest.fixture
 def http_target() -> Iterator[TargetServer]:
-    server = TargetServer(host="127.0.0.1", port=0)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(server))
-    httpd.daemon_threads = True
-    server.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    httpd.shutdown()
-    httpd.server_close()
+    with serving_target() as server:
+        yield server
 
 
 @pytest.fixture
@@ -173,19 +65,29 @@ def engine(transactional_db):
     keeper.close()
 
 
-def wait_for(predicate, *, timeout: float = 10.0, interval: float = 0.05):
-    """Poll until predicate() is truthy; returns its value or fails the test."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+NATS_TEST_URL = os.environ.get("NATS_TEST_URL", "nats://127.0.0.1:4222")
+
+
+def _nats_with_jetstream(url: str) -> bool:
+    """Whether a NATS server answers at url and its INFO line says JetStream is on."""
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=1) as sock:
+            sock.settimeout(1)
+            line = sock.makefile("rb").readline(64 * 1024)
+    except OSError:
+        return False
+    if not line.startswith(b"INFO "):
+        return False
+    try:
+        return bool(json.loads(line[5:]).get("jetstream"))
+    except ValueError:
+        return False
 
 
 def pytest_collection_modifyitems(config, items):
-    """PostgreSQL-only tests skip on the SQLite pass with a clear reason (scripts/test runs them)."""
+    """PostgreSQL-only tests skip on the SQLite pass with a clear reason (scripts/test runs them);
+    NATS tests skip where no NATS with JetStream answers (.ci/run starts one when installed)."""
     from django.conf import settings
 
     on_postgres = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -195,3 +97,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "postgres" in item.keywords and not on_postgres:
             item.add_marker(skip_pg)
+
+    nats_items = [item for item in items if item.get_closest_marker("nats")]
+    if nats_items and not _nats_with_jetstream(NATS_TEST_URL):
+        skip_nats = pytest.mark.skip(
+            reason="needs NATS with JetStream at NATS_TEST_URL (default nats://127.0.0.1:4222)"
+        )
+        for item in nats_items:
+            item.add_marker(skip_nats)

@@ -28,15 +28,21 @@ from django_q.models import Failure, OrmQ, Schedule, Success, Task
 from django_q.tasks import async_task
 
 from tenants.models import ApiKey, Membership
-from tenants.services import membership_add
-from tests.dashboard.helpers import failed, submit, succeeded
+from tests.support.factories import (
+    HOUR,
+    make_call,
+    make_failed_call,
+    make_member,
+    make_succeeded_call,
+)
+from tests.support.subscriptions import fan_out, make_subscription, record_try
 from workers.models import LoopRun, WorkerSession
 from workers.services import RunRecorder, session_start, session_stop
 
 ROOT = Path(__file__).resolve().parents[2]
 # The apps whose admins apply the tenant scoping (tenants.admin.TenantScopedAdmin) or hold no
 # tenant data; every other registered admin is operator tooling, for superusers only.
-PRODUCT_APPS = {"tenants", "orchestration", "timer", "execution", "outbox", "workers", "eventservice"}
+PRODUCT_APPS = {"tenants", "orchestration", "timer", "execution", "outbox", "delivery", "workers", "eventservice"}
 REGISTERED = sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label)
 PRODUCT_ADMINS = [(model, model_admin) for model, model_admin in REGISTERED if model._meta.app_label in PRODUCT_APPS]
 OTHER_ADMINS = [(model, model_admin) for model, model_admin in REGISTERED if model._meta.app_label not in PRODUCT_APPS]
@@ -72,19 +78,27 @@ class AcmeData:
     """Rows of tenant acme in every registered model, and the strings that would betray them."""
 
     def __init__(self, world):
+        # Subscriptions first (each receives the events made after it): acme's, globex's, and an
+        # operator-wide one, which receives acme's events too and is superusers' only.
+        make_subscription("acme", name="acme-zq hook", url="http://127.0.0.1:9/acme-zq")
+        make_subscription("globex", name="globex-zq hook", url="http://127.0.0.1:9/globex-zq")
+        make_subscription(None, name="operator-zq hook", url="http://127.0.0.1:9/operator-zq")
         acme_calls = [
-            succeeded("acme", "acme-zq done", tags=["acme-zq-tag"]),
-            failed("acme", "acme-zq broken"),
-            submit("acme", "acme-zq later", tags=["acme-zq-tag"]),
+            make_succeeded_call("acme", name="acme-zq done", tags=["acme-zq-tag"]),
+            make_failed_call("acme", name="acme-zq broken"),
+            make_call("acme", name="acme-zq later", tags=["acme-zq-tag"], due_in=HOUR),
         ]
         # globex's own rows, so that its pages have something to show.
-        succeeded("globex", "globex-zq done", tags=["globex-zq-tag"])
-        failed("globex", "globex-zq broken")
-        submit("globex", "globex-zq later", tags=["globex-zq-tag"])
-        user_model = get_user_model()
-        user_model.objects.create_user("acme-zq-user", password="pw-acme-zq-123")
-        membership_add(username="acme-zq-user", tenant_id="acme")
+        globex_calls = [
+            make_succeeded_call("globex", name="globex-zq done", tags=["globex-zq-tag"]),
+            make_failed_call("globex", name="globex-zq broken"),
+            make_call("globex", name="globex-zq later", tags=["globex-zq-tag"], due_in=HOUR),
+        ]
+        make_member("acme-zq-user", "acme", password="pw-acme-zq-123")
         Group.objects.create(name="acme-zq-operators")
+        for call in acme_calls + globex_calls:
+            for notification in fan_out(call.pk):
+                record_try(notification, succeeded=False, status_code=503, error="The endpoint answered 503.")
         acme_key = ApiKey.objects.get(tenant_id="acme")
         # The product's own django-q2 task carries (tenant_id, call id): orchestration enqueues it.
         async_task("workers.tasks.run_due_call", "acme", str(acme_calls[0].pk))
@@ -123,9 +137,10 @@ class AcmeData:
             path_info="/login/",
             failures_since_start=1,
         )
-        # The tenant's id and name, its users, calls and key: none may reach globex's staff.
+        # The tenant's id and name, its users, calls and key, and the operator-wide subscription
+        # (superusers' only): none may reach globex's staff.
         self.call_ids = [str(call.pk) for call in acme_calls]
-        self.markers = ["acme", "Acme", acme_key.prefix, *self.call_ids]
+        self.markers = ["acme", "Acme", acme_key.prefix, *self.call_ids, "operator-zq"]
 
     def assert_absent(self, response, where: str, *, echoes: tuple[str, ...] = ()) -> None:
         html = _without_echoes(response.content.decode(), echoes)

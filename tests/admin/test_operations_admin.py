@@ -5,7 +5,7 @@ import time
 import pytest
 
 from execution.models import HttpExecution
-from tests.dashboard.helpers import submit, succeeded
+from tests.support.factories import HOUR, make_call, make_succeeded_call
 from timer.models import TimerSchedule
 from workers.services import RunRecorder, session_start
 
@@ -21,7 +21,7 @@ from workers.services import RunRecorder, session_start
     ],
 )
 def test_each_operations_page_renders(admin_client, world, path):
-    succeeded("acme", "done")
+    make_succeeded_call("acme", name="done")
     session = session_start()
     recorder = RunRecorder(session_id=session.id)
     recorder.record("timer", started=time.monotonic(), items=3)
@@ -31,7 +31,7 @@ def test_each_operations_page_renders(admin_client, world, path):
 
 
 def test_timers_and_attempts_are_read_only(admin_client, world):
-    call = succeeded("acme", "done")
+    call = make_succeeded_call("acme", name="done")
     timer = TimerSchedule.objects.get(service_call_id=call.pk)
     attempt = HttpExecution.objects.get(service_call_id=call.pk)
     assert admin_client.get("/admin/timer/timerschedule/add/").status_code == 403
@@ -41,8 +41,8 @@ def test_timers_and_attempts_are_read_only(admin_client, world):
 
 
 def test_search_finds_a_calls_timer_and_attempt_by_the_call_id(admin_client, world):
-    call = succeeded("acme", "done")
-    succeeded("acme", "other")
+    call = make_succeeded_call("acme", name="done")
+    make_succeeded_call("acme", name="other")
     timers = admin_client.get(f"/admin/timer/timerschedule/?q={call.pk}").context["cl"].result_list
     attempts = admin_client.get(f"/admin/execution/httpexecution/?q={call.pk}").context["cl"].result_list
     assert [t.service_call_id for t in timers] == [call.pk]
@@ -50,16 +50,16 @@ def test_search_finds_a_calls_timer_and_attempt_by_the_call_id(admin_client, wor
 
 
 def test_attempt_headers_are_shown_redacted(admin_client, world):
-    call = succeeded("acme", "secret", headers={"Authorization": "Bearer in-the-log"})
+    call = make_succeeded_call("acme", name="secret", headers={"Authorization": "Bearer in-the-log"})
     attempt = HttpExecution.objects.get(service_call_id=call.pk)
     page = admin_client.get(f"/admin/execution/httpexecution/{attempt.pk}/change/").content.decode()
     assert "in-the-log" not in page and "***" in page
 
 
 def test_non_superuser_staff_see_only_their_tenants_timers_and_attempts(staff_client, world):
-    submit("acme", "acme later")
-    succeeded("acme", "acme done")
-    succeeded("globex", "globex done")
+    make_call("acme", name="acme later", due_in=HOUR)
+    make_succeeded_call("acme", name="acme done")
+    make_succeeded_call("globex", name="globex done")
     timers = staff_client.get("/admin/timer/timerschedule/").context["cl"].result_list
     attempts = staff_client.get("/admin/execution/httpexecution/").context["cl"].result_list
     assert {t.tenant_id for t in timers} == {"globex"}

@@ -2,7 +2,7 @@
 
 from outbox.dispatcher import dispatch_batch
 from outbox.models import OutboxEvent
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call
 
 CHANGELIST = "/admin/outbox/outboxevent/"
 
@@ -12,9 +12,9 @@ def _ids(response) -> set[int]:
 
 
 def test_it_filters_published_and_unpublished_events_and_shows_the_lag(admin_client, world):
-    submit("acme", "published")
+    make_call("acme", name="published", due_in=HOUR)
     dispatch_batch(sinks=[])
-    submit("acme", "waiting")
+    make_call("acme", name="waiting", due_in=HOUR)
     published = set(OutboxEvent.objects.filter(published_at__isnull=False).values_list("id", flat=True))
     unpublished = set(OutboxEvent.objects.filter(published_at__isnull=True).values_list("id", flat=True))
     assert published and unpublished
@@ -26,7 +26,7 @@ def test_it_filters_published_and_unpublished_events_and_shows_the_lag(admin_cli
 
 
 def test_publish_again_puts_events_back_in_the_dispatchers_queue(admin_client, world):
-    submit("acme", "again")
+    make_call("acme", name="again", due_in=HOUR)
     dispatch_batch(sinks=[])
     event = OutboxEvent.objects.order_by("id").first()
     assert event.published_at is not None
@@ -37,8 +37,8 @@ def test_publish_again_puts_events_back_in_the_dispatchers_queue(admin_client, w
 
 
 def test_non_superuser_staff_see_only_their_tenants_events(staff_client, world):
-    submit("acme", "acme call")
-    globex_call = submit("globex", "globex call")
+    make_call("acme", name="acme call", due_in=HOUR)
+    globex_call = make_call("globex", name="globex call", due_in=HOUR)
     response = staff_client.get(CHANGELIST)
     assert response.status_code == 200
     assert {row.tenant_id for row in response.context["cl"].result_list} == {"globex"}
@@ -48,7 +48,7 @@ def test_non_superuser_staff_see_only_their_tenants_events(staff_client, world):
 
 
 def test_non_superuser_staff_cannot_republish_another_tenants_event(staff_client, world):
-    submit("acme", "acme call")
+    make_call("acme", name="acme call", due_in=HOUR)
     dispatch_batch(sinks=[])
     acme_event = OutboxEvent.objects.filter(tenant_id="acme").first()
     staff_client.post(CHANGELIST, {"action": "publish_again", "_selected_action": [str(acme_event.pk)]})

@@ -2,7 +2,7 @@
 
 from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
-from tests.dashboard.helpers import failed, submit, succeeded
+from tests.support.factories import HOUR, make_call, make_failed_call, make_succeeded_call
 
 CHANGELIST = "/admin/orchestration/servicecall/"
 
@@ -12,9 +12,9 @@ def _listed(response) -> list[str]:
 
 
 def test_the_tag_filter_narrows_the_list_in_sql(admin_client, world):
-    submit("acme", "tagged billing", tags=["billing"])
-    submit("globex", "tagged billing too", tags=["billing", "x"])
-    submit("acme", "untagged")
+    make_call("acme", name="tagged billing", tags=["billing"], due_in=HOUR)
+    make_call("globex", name="tagged billing too", tags=["billing", "x"], due_in=HOUR)
+    make_call("acme", name="untagged", due_in=HOUR)
     response = admin_client.get(CHANGELIST + "?tag=billing")
     assert response.status_code == 200
     assert _listed(response) == ["tagged billing", "tagged billing too"]
@@ -25,9 +25,9 @@ def test_the_tag_filter_narrows_the_list_in_sql(admin_client, world):
 
 
 def test_it_filters_by_status_tenant_and_date(admin_client, world):
-    submit("acme", "waiting")
-    failed("acme", "broken")
-    submit("globex", "other tenant")
+    make_call("acme", name="waiting", due_in=HOUR)
+    make_failed_call("acme", name="broken")
+    make_call("globex", name="other tenant", due_in=HOUR)
     assert _listed(admin_client.get(CHANGELIST + "?status__exact=Failed")) == ["broken"]
     assert _listed(admin_client.get(CHANGELIST + "?tenant__id__exact=globex")) == ["other tenant"]
     today = ServiceCall.objects.get(name="waiting").submitted_at.date()
@@ -39,9 +39,9 @@ def test_it_filters_by_status_tenant_and_date(admin_client, world):
 
 
 def test_search_finds_calls_by_name_id_prefix_and_url(admin_client, world):
-    by_name = submit("acme", "Quarterly export")
-    by_url = submit("acme", "other", url="https://reports.example.com/q3")
-    submit("acme", "unrelated")
+    by_name = make_call("acme", name="Quarterly export", due_in=HOUR)
+    by_url = make_call("acme", name="other", url="https://reports.example.com/q3", due_in=HOUR)
+    make_call("acme", name="unrelated", due_in=HOUR)
     assert _listed(admin_client.get(CHANGELIST + "?q=quarterly")) == ["Quarterly export"]
     assert _listed(admin_client.get(CHANGELIST + "?q=reports.example")) == ["other"]
     assert _listed(admin_client.get(CHANGELIST + f"?q={by_url.pk}")) == ["other"]
@@ -54,7 +54,7 @@ def test_search_finds_calls_by_name_id_prefix_and_url(admin_client, world):
 def test_the_change_page_shows_tags_timer_attempts_and_events_read_only(admin_client, world):
     from execution.models import HttpExecution
 
-    call = succeeded("acme", "inspect me", tags=["alpha"])
+    call = make_succeeded_call("acme", name="inspect me", tags=["alpha"])
     response = admin_client.get(f"{CHANGELIST}{call.pk}/change/")
     assert response.status_code == 200
     html = response.content.decode()
@@ -70,7 +70,9 @@ def test_the_change_page_shows_tags_timer_attempts_and_events_read_only(admin_cl
 
 
 def test_secret_header_values_never_appear(admin_client, world):
-    call = submit("acme", "secret", headers={"Authorization": "Bearer admin-must-not-see", "X-Token": "tok-42"})
+    call = make_call(
+        "acme", name="secret", headers={"Authorization": "Bearer admin-must-not-see", "X-Token": "tok-42"}, due_in=HOUR
+    )
     sealed = call.request_spec["headers"]["Authorization"]["$sealed"]
     html = admin_client.get(f"{CHANGELIST}{call.pk}/change/").content.decode()
     assert "admin-must-not-see" not in html and "tok-42" not in html
@@ -79,14 +81,14 @@ def test_secret_header_values_never_appear(admin_client, world):
 
 
 def test_calls_cannot_be_added_or_deleted_in_the_admin(admin_client, world):
-    call = submit("acme", "stays")
+    call = make_call("acme", name="stays", due_in=HOUR)
     assert admin_client.get(CHANGELIST + "add/").status_code == 403
     assert admin_client.post(f"{CHANGELIST}{call.pk}/delete/", {"post": "yes"}).status_code == 403
     assert ServiceCall.objects.filter(pk=call.pk).exists()
 
 
 def test_run_again_submits_new_calls_through_orchestration(admin_client, world):
-    original = failed("acme", "retry me")
+    original = make_failed_call("acme", name="retry me")
     response = admin_client.post(CHANGELIST, {"action": "run_again", "_selected_action": [str(original.pk)]})
     assert response.status_code == 302
     rerun = ServiceCall.objects.get(rerun_of=original.pk)
@@ -96,8 +98,8 @@ def test_run_again_submits_new_calls_through_orchestration(admin_client, world):
 
 
 def test_non_superuser_staff_see_only_their_tenants_calls(staff_client, world):
-    acme_call = submit("acme", "acme call", tags=["shared-tag"])
-    submit("globex", "globex call", tags=["shared-tag"])
+    acme_call = make_call("acme", name="acme call", tags=["shared-tag"], due_in=HOUR)
+    make_call("globex", name="globex call", tags=["shared-tag"], due_in=HOUR)
     response = staff_client.get(CHANGELIST)
     assert response.status_code == 200
     assert _listed(response) == ["globex call"]
@@ -109,6 +111,6 @@ def test_non_superuser_staff_see_only_their_tenants_calls(staff_client, world):
 
 
 def test_non_superuser_staff_cannot_run_again_another_tenants_call(staff_client, world):
-    acme_call = failed("acme", "acme call")
+    acme_call = make_failed_call("acme", name="acme call")
     staff_client.post(CHANGELIST, {"action": "run_again", "_selected_action": [str(acme_call.pk)]})
     assert not ServiceCall.objects.filter(rerun_of=acme_call.pk).exists()

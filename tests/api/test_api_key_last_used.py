@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from tenants.models import ApiKey
 from tenants.selectors import api_key_lookup
-from tests.api.conftest import ApiClient, calls_url
+from tests.support.api import ApiClient, calls_url
 
 
 def _last_used(raw_key):

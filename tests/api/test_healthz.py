@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.test import Client
 
 from core.ids import utcnow
-from tests.api.conftest import submit
+from tests.support.api import submit_via_api
 from workers.models import WorkerSession
 
 
@@ -56,7 +56,7 @@ def test_a_stale_or_stopped_worker_does_not_count(db, settings):
 
 
 def test_it_reports_timer_and_outbox_backlog_without_tenant_data(acme_api):
-    submit(acme_api, name="Secret project name", tags=["internal-tag"])
+    submit_via_api(acme_api, name="Secret project name", tags=["internal-tag"])
     _session(beat_seconds_ago=0)
 
     response = Client().get("/healthz")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eventservice.api import views
-from tests.api.conftest import assert_problem, calls_url
+from tests.support.api import assert_problem, calls_url
 
 
 def test_an_unexpected_error_is_a_500_problem_that_reveals_nothing(acme_api, monkeypatch, caplog):

@@ -6,8 +6,8 @@ import json
 
 from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
-from tests.api.conftest import ApiClient, assert_problem, call_url, calls_url, submit, valid_payload
-from tests.conftest import wait_for
+from tests.support.api import ApiClient, assert_problem, call_url, calls_url, submit_via_api, valid_payload
+from tests.support.waiting import wait_for
 
 SECRETS = {
     "Authorization": "Bearer top-secret-token-1",
@@ -17,7 +17,7 @@ SECRETS = {
 
 
 def test_it_shows_a_scheduled_call_with_its_events_and_no_attempts(acme_api):
-    created = submit(acme_api)
+    created = submit_via_api(acme_api)
 
     response = acme_api.get(call_url(created["serviceCallId"]))
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from core.secrets import unseal_headers
 from orchestration.models import ServiceCall
-from tests.api.conftest import assert_problem, call_url, stored_counts, submit
+from tests.support.api import assert_problem, call_url, stored_counts, submit_via_api
 
 
 def test_it_submits_a_new_call_with_the_same_request_and_answers_202(acme_api):
-    original = submit(
+    original = submit_via_api(
         acme_api, tags=["billing", "favorite"], spec={"headers": {"Authorization": "Bearer secret-1", "X-Trace": "t"}}
     )
 

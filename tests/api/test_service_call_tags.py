@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestration.models import ServiceCallTag
 from outbox.models import OutboxEvent
-from tests.api.conftest import assert_problem, call_url, stored_counts, submit
+from tests.support.api import assert_problem, call_url, stored_counts, submit_via_api
 
 
 def _tags(call_id: str) -> list[str]:
@@ -12,7 +12,7 @@ def _tags(call_id: str) -> list[str]:
 
 
 def test_it_replaces_the_tag_set_and_answers_the_call(acme_api):
-    call_id = submit(acme_api, tags=["old", "keep"])["serviceCallId"]
+    call_id = submit_via_api(acme_api, tags=["old", "keep"])["serviceCallId"]
 
     response = acme_api.put(call_url(call_id, suffix="/tags"), {"tags": ["keep", "new", "favorite"]})
 
@@ -24,7 +24,7 @@ def test_it_replaces_the_tag_set_and_answers_the_call(acme_api):
 
 
 def test_a_change_emits_service_call_tagged_with_added_and_removed(acme_api):
-    call_id = submit(acme_api, tags=["old", "keep"])["serviceCallId"]
+    call_id = submit_via_api(acme_api, tags=["old", "keep"])["serviceCallId"]
 
     acme_api.put(
         call_url(call_id, suffix="/tags"), {"tags": ["keep", "new"]}, headers={"X-Correlation-Id": "tagging-1"}
@@ -37,7 +37,7 @@ def test_a_change_emits_service_call_tagged_with_added_and_removed(acme_api):
 
 
 def test_the_same_set_again_changes_nothing_and_emits_nothing(acme_api):
-    call_id = submit(acme_api, tags=["a", "b"])["serviceCallId"]
+    call_id = submit_via_api(acme_api, tags=["a", "b"])["serviceCallId"]
     before = stored_counts()
 
     response = acme_api.put(call_url(call_id, suffix="/tags"), {"tags": ["b", "a"]})
@@ -47,13 +47,13 @@ def test_the_same_set_again_changes_nothing_and_emits_nothing(acme_api):
 
 
 def test_an_empty_list_removes_every_tag(acme_api):
-    call_id = submit(acme_api, tags=["a", "b"])["serviceCallId"]
+    call_id = submit_via_api(acme_api, tags=["a", "b"])["serviceCallId"]
     assert acme_api.put(call_url(call_id, suffix="/tags"), {"tags": []}).json()["tags"] == []
     assert _tags(call_id) == []
 
 
 def test_it_refuses_invalid_tags_and_keeps_the_old_set(acme_api):
-    call_id = submit(acme_api, tags=["a"])["serviceCallId"]
+    call_id = submit_via_api(acme_api, tags=["a"])["serviceCallId"]
     before = stored_counts()
 
     for body in (
@@ -77,5 +77,5 @@ def test_tags_of_an_unknown_call_are_404(acme_api, world):
 
 
 def test_other_methods_on_tags_are_405(acme_api):
-    call_id = submit(acme_api)["serviceCallId"]
+    call_id = submit_via_api(acme_api)["serviceCallId"]
     assert_problem(acme_api.get(call_url(call_id, suffix="/tags")), 405)

@@ -12,7 +12,7 @@ from core.ids import iso_ms
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_finish, service_call_start
-from tests.api.conftest import assert_problem, calls_url, submit
+from tests.support.api import assert_problem, calls_url, submit_via_api
 
 
 def _ids(response) -> list[str]:
@@ -33,12 +33,13 @@ def varied(acme_api, globex_api):
     names = ["alpha report", "Beta REPORT", "gamma", "delta", "epsilon"]
     tags = [["red", "blue"], ["red"], ["blue"], ["red", "blue", "favorite"], []]
     calls = [
-        submit(acme_api, name=name, tags=tag_list)["serviceCallId"] for name, tag_list in zip(names, tags, strict=True)
+        submit_via_api(acme_api, name=name, tags=tag_list)["serviceCallId"]
+        for name, tag_list in zip(names, tags, strict=True)
     ]
     _run(calls[1], outcome=None)  # Running
     _run(calls[2], outcome=Outcome(succeeded=True, status=200, latency_ms=3))
     _run(calls[3], outcome=Outcome.failure(ErrorKind.HTTP_ERROR, "503", status=503))
-    submit(globex_api, "globex", name="alpha report", tags=["red", "blue"])
+    submit_via_api(globex_api, "globex", name="alpha report", tags=["red", "blue"])
     return calls
 
 
@@ -87,11 +88,11 @@ def test_filters_combine(acme_api, varied):
 
 
 def test_submitted_from_and_to_bound_the_submission_time(acme_api, world):
-    early = submit(acme_api, name="early")
+    early = submit_via_api(acme_api, name="early")
     time.sleep(0.01)
     boundary = datetime.now(UTC)
     time.sleep(0.01)
-    late = submit(acme_api, name="late")
+    late = submit_via_api(acme_api, name="late")
 
     assert _ids(acme_api.get(calls_url(), {"submittedFrom": iso_ms(boundary)})) == [late["serviceCallId"]]
     assert _ids(acme_api.get(calls_url(), {"submittedTo": iso_ms(boundary)})) == [early["serviceCallId"]]
@@ -102,7 +103,7 @@ def test_submitted_from_and_to_bound_the_submission_time(acme_api, world):
 
 
 def test_an_offset_in_a_filter_time_is_honoured_even_when_its_plus_is_unencoded(acme_api, world):
-    call = submit(acme_api, name="x")
+    call = submit_via_api(acme_api, name="x")
     submitted = ServiceCall.objects.get(pk=call["serviceCallId"]).submitted_at
     # The submission's UTC wall time read as +01:00 is an hour earlier; an unencoded '+'
     # arrives as a space.
@@ -115,8 +116,8 @@ def test_an_offset_in_a_filter_time_is_honoured_even_when_its_plus_is_unencoded(
 
 def test_due_from_and_to_bound_the_due_time(acme_api, world):
     now = datetime.now(UTC)
-    soon = submit(acme_api, name="soon", dueAt=(now + timedelta(hours=1)).isoformat())
-    later = submit(acme_api, name="later", dueAt=(now + timedelta(days=2)).isoformat())
+    soon = submit_via_api(acme_api, name="soon", dueAt=(now + timedelta(hours=1)).isoformat())
+    later = submit_via_api(acme_api, name="later", dueAt=(now + timedelta(days=2)).isoformat())
 
     middle = iso_ms(now + timedelta(days=1))
     assert _ids(acme_api.get(calls_url(), {"dueFrom": middle})) == [later["serviceCallId"]]
@@ -151,7 +152,7 @@ def test_it_refuses_invalid_filter_values_with_400(acme_api, world, params, fiel
 
 @pytest.fixture
 def sixty(acme_api):
-    return [submit(acme_api, name=f"call {i:02d}", tags=["bulk"])["serviceCallId"] for i in range(60)]
+    return [submit_via_api(acme_api, name=f"call {i:02d}", tags=["bulk"])["serviceCallId"] for i in range(60)]
 
 
 def test_next_and_previous_walk_the_whole_list_in_both_directions(acme_api, sixty):
@@ -193,7 +194,7 @@ def test_limit_defaults_to_25_and_allows_200(acme_api, sixty):
 
 def test_a_page_beyond_new_submissions_stays_stable(acme_api, sixty):
     page = acme_api.get(calls_url(), {"limit": 25}).json()
-    submit(acme_api, name="brand new")
+    submit_via_api(acme_api, name="brand new")
     second = acme_api.get(page["next"]).json()
     assert [row["serviceCallId"] for row in second["results"]] == list(reversed(sixty))[25:50]
 

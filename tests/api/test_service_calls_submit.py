@@ -8,7 +8,7 @@ import pytest
 
 from orchestration.models import ServiceCall, ServiceCallTag
 from outbox.models import OutboxEvent
-from tests.api.conftest import assert_problem, calls_url, stored_counts, valid_payload
+from tests.support.api import assert_problem, calls_url, stored_counts, valid_payload
 from timer.models import TimerSchedule
 
 
@@ -90,7 +90,8 @@ def test_an_invalid_correlation_id_is_replaced_by_a_new_one(acme_api):
     assert ServiceCall.objects.get(pk=response.json()["serviceCallId"]).correlation_id == minted
 
 
-# --- SPEC §11: every invalid input -> 400 problem with field errors and nothing stored ------
+# --- Every invalid input -> 400 problem with field errors and nothing stored -----------------
+# (docs/security.md §1, "Input is validated at the edge")
 
 
 def _headers(n: int) -> dict[str, str]:

@@ -6,12 +6,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from playwright.sync_api import expect
 
-from tenants.services import membership_add
 from tests.browser.conftest import log_in
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call, make_member, make_user
 
 pytestmark = pytest.mark.browser
 
@@ -50,9 +48,9 @@ def watched(page):
 
 def test_dashboard_pages_raise_no_csp_violation(watched, world):
     page = watched
-    membership_add(username="owner", tenant_id="globex")
-    call = submit("acme", "CSP check")
-    submit("globex", "Other tenant's call")
+    make_member("owner", "globex")
+    call = make_call("acme", name="CSP check", due_in=HOUR)
+    make_call("globex", name="Other tenant's call", due_in=HOUR)
     log_in(page, "owner", "pw-owner-123")
     violations: list[str] = []
     for path in [
@@ -75,8 +73,8 @@ def test_dashboard_pages_raise_no_csp_violation(watched, world):
 
 def test_the_login_and_admin_pages_raise_no_csp_violation(watched, world):
     page = watched
-    get_user_model().objects.create_superuser("root", password="pw-root-123")
-    call = submit("acme", "Admin CSP check")
+    make_user("root", superuser=True)
+    call = make_call("acme", name="Admin CSP check", due_in=HOUR)
     violations: list[str] = []
     _visit(page, "/login/", violations)
     _visit(page, "/admin/login/", violations)

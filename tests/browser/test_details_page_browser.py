@@ -7,17 +7,17 @@ from playwright.sync_api import expect
 
 from orchestration.models import ServiceCall
 from tests.browser.conftest import log_in, screenshot
-from tests.conftest import wait_for
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 
 
 def test_the_details_page_follows_a_call_and_shows_its_timeline(page, world, engine, http_target):
     log_in(page, "owner", "pw-owner-123")
-    call = submit(
+    call = make_call(
         "acme",
-        "Fetch the order",
+        name="Fetch the order",
         url=http_target.url("/json"),
         due_in=3,
         tags=["orders"],
@@ -55,7 +55,7 @@ def test_the_details_page_follows_a_call_and_shows_its_timeline(page, world, eng
 
 
 def test_tags_are_edited_on_the_details_page(page, world):
-    call = submit("acme", "Tag me", tags=["old"])
+    call = make_call("acme", name="Tag me", tags=["old"], due_in=HOUR)
     log_in(page, "owner", "pw-owner-123")
     page.goto(f"/calls/{call.pk}/")
     page.get_by_label("Edit tags").fill("reports weekly")

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from orchestration.models import ServiceCall, ServiceCallTag
 from tests.browser.conftest import BROWSER_ZONE, log_in, screenshot
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call
 
 pytestmark = pytest.mark.browser
 
@@ -46,8 +46,8 @@ def test_a_call_scheduled_seconds_ahead_turns_succeeded_without_a_reload(page, w
 
 
 def test_a_starred_call_is_found_under_show_favorites(page, world):
-    keep = submit("acme", "Star this one")
-    submit("acme", "Leave this one")
+    keep = make_call("acme", name="Star this one", due_in=HOUR)
+    make_call("acme", name="Leave this one", due_in=HOUR)
     log_in(page, "owner", "pw-owner-123")
     star = _row(page, keep).get_by_role("button", name="Add to favorites")
     star.click()
@@ -64,9 +64,9 @@ def test_a_starred_call_is_found_under_show_favorites(page, world):
 
 
 def test_two_tag_filters_show_the_calls_carrying_both_and_live_in_the_url(page, world):
-    submit("acme", "Billing only", tags=["billing"])
-    submit("acme", "Billing at night", tags=["billing", "nightly"])
-    submit("acme", "Nightly only", tags=["nightly"])
+    make_call("acme", name="Billing only", tags=["billing"], due_in=HOUR)
+    make_call("acme", name="Billing at night", tags=["billing", "nightly"], due_in=HOUR)
+    make_call("acme", name="Nightly only", tags=["nightly"], due_in=HOUR)
     log_in(page, "owner", "pw-owner-123")
     tag_input = page.get_by_label("Add a tag filter")
     tag_input.fill("billing")

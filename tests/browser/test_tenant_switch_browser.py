@@ -7,9 +7,8 @@ import pytest
 from playwright.sync_api import expect
 
 from eventservice.dashboard.tenancy import SESSION_KEY
-from tenants.services import membership_add
 from tests.browser.conftest import log_in
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call, make_member
 
 pytestmark = pytest.mark.browser
 
@@ -19,10 +18,10 @@ def _current_tenant(page) -> str:
 
 
 def test_a_shared_link_offers_the_switch_and_the_header_switches_back(page, world):
-    membership_add(username="owner", tenant_id="globex")
-    submit("acme", "Acme nightly")
-    submit("globex", "Globex nightly")
-    submit("globex", "Globex weekly")
+    make_member("owner", "globex")
+    make_call("acme", name="Acme nightly", due_in=HOUR)
+    make_call("globex", name="Globex nightly", due_in=HOUR)
+    make_call("globex", name="Globex weekly", due_in=HOUR)
     log_in(page, "owner", "pw-owner-123")
     assert _current_tenant(page) == "acme"
 
@@ -46,8 +45,8 @@ def test_a_shared_link_offers_the_switch_and_the_header_switches_back(page, worl
 def test_a_link_to_a_call_of_another_own_tenant_shows_it_with_the_offer(page, world, live_server):
     from django.contrib.sessions.models import Session
 
-    membership_add(username="owner", tenant_id="globex")
-    call = submit("globex", "Globex report")
+    make_member("owner", "globex")
+    call = make_call("globex", name="Globex report", due_in=HOUR)
     log_in(page, "owner", "pw-owner-123")
     page.goto(f"/calls/{call.pk}/")
     expect(page.get_by_role("heading", name="Globex report")).to_be_visible()

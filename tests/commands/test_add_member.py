@@ -1,10 +1,10 @@
 """manage.py add_member <username> <tenant> [--role owner|member]"""
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from tenants.models import Membership
 from tests.commands.cli import call, run_manage
+from tests.support.factories import make_user
 
 
 def _role(username: str, tenant: str) -> str | None:
@@ -48,7 +48,7 @@ def test_it_refuses_an_unknown_tenant(world):
 
 @pytest.mark.django_db(transaction=True)
 def test_from_the_command_line_a_bad_role_exits_non_zero(db):
-    get_user_model().objects.create_user("someone", password="pw-some-123")
+    make_user("someone", password="pw-some-123")
     result = run_manage("add_member", "someone", "acme", "--role", "admin")
     assert result.code == 2
     assert "invalid choice: 'admin'" in result.err

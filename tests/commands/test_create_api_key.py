@@ -4,13 +4,13 @@ import pytest
 
 from tenants.models import ApiKey
 from tenants.selectors import api_key_lookup
-from tenants.services import tenant_create
 from tests.commands.cli import call, run_manage
+from tests.support.factories import make_tenant
 
 
 @pytest.fixture
 def acme(db):
-    return tenant_create(slug="acme", name="Acme")
+    return make_tenant("acme")
 
 
 def test_it_prints_a_working_key_once_and_stores_only_its_hash(acme):

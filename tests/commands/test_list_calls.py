@@ -7,39 +7,34 @@ import pytest
 
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_finish, service_call_start, service_call_submit
-from orchestration.validation import validate_submission
+from orchestration.services import service_call_start
 from tests.commands.cli import call, run_manage
-
-
-def submit(tenant, name, *, tags=(), headers=None):
-    data = {
-        "name": name,
-        "requestSpec": {"method": "GET", "url": f"https://example.test/{name}", "headers": headers or {}},
-        "tags": list(tags),
-    }
-    created, _ = service_call_submit(tenant_id=tenant, submission=validate_submission(data), correlation_id="c-1")
-    return created
-
-
-def finish(created, outcome):
-    service_call_start(tenant_id=created.tenant_id, service_call_id=created.pk)
-    service_call_finish(tenant_id=created.tenant_id, service_call_id=created.pk, outcome=outcome)
+from tests.support.factories import make_call, make_finished_call
 
 
 @pytest.fixture
 def calls(world):
     """Five acme calls, oldest first, in every status, and one globex call."""
-    ok = submit("acme", "ok-call", tags=["billing", "nightly"], headers={"Authorization": "Bearer s3cret"})
-    finish(ok, Outcome(succeeded=True, status=200, latency_ms=12))
-    missing = submit("acme", "missing-call", tags=["billing"])
-    finish(missing, Outcome.failure(ErrorKind.HTTP_ERROR, "HTTP 404", status=404, latency_ms=3))
-    slow = submit("acme", "slow-call", tags=["nightly"])
-    finish(slow, Outcome.failure(ErrorKind.TIMEOUT, "timed out"))
-    running = submit("acme", "running-call", tags=["billing", "favorite"])
+    ok = make_finished_call(
+        "acme",
+        name="ok-call",
+        tags=["billing", "nightly"],
+        headers={"Authorization": "Bearer s3cret"},
+        outcome=Outcome(succeeded=True, status=200, latency_ms=12),
+    )
+    missing = make_finished_call(
+        "acme",
+        name="missing-call",
+        tags=["billing"],
+        outcome=Outcome.failure(ErrorKind.HTTP_ERROR, "HTTP 404", status=404, latency_ms=3),
+    )
+    slow = make_finished_call(
+        "acme", name="slow-call", tags=["nightly"], outcome=Outcome.failure(ErrorKind.TIMEOUT, "timed out")
+    )
+    running = make_call("acme", name="running-call", tags=["billing", "favorite"])
     service_call_start(tenant_id="acme", service_call_id=running.pk)
-    waiting = submit("acme", "waiting-call")
-    submit("globex", "globex-call", tags=["billing"])
+    waiting = make_call("acme", name="waiting-call")
+    make_call("globex", name="globex-call", tags=["billing"])
     return [ok, missing, slow, running, waiting]
 
 

@@ -8,13 +8,11 @@ from django.contrib.auth import get_user_model
 
 from orchestration.management.commands.seed_demo import DEMO_PASSWORD
 from orchestration.models import ServiceCall, ServiceCallTag
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.selectors import api_key_lookup
-from tenants.services import tenant_create
 from tests.commands.cli import call, run_manage
-from tests.conftest import wait_for
+from tests.support.factories import make_call, make_tenant, make_user
+from tests.support.waiting import wait_for
 
 User = get_user_model()
 
@@ -119,7 +117,7 @@ def test_password_sets_the_demo_password_now_and_on_a_later_run():
 
 @pytest.mark.django_db
 def test_it_leaves_an_existing_admin_alone():
-    User.objects.create_superuser("admin", password="my-own-admin-pw")
+    make_user("admin", password="my-own-admin-pw", superuser=True)
     result = call("seed_demo")
     assert "admin / (exists; unchanged; reset: manage.py changepassword admin)" in result.out
     assert User.objects.get(username="admin").check_password("my-own-admin-pw")
@@ -127,9 +125,8 @@ def test_it_leaves_an_existing_admin_alone():
 
 @pytest.mark.django_db
 def test_it_adds_calls_only_to_a_demo_tenant_without_calls():
-    tenant_create(slug="demo", name="Mine")
-    data = {"name": "my call", "requestSpec": {"method": "GET", "url": "https://example.test/"}}
-    service_call_submit(tenant_id="demo", submission=validate_submission(data), correlation_id="c-1")
+    make_tenant("demo", name="Mine")
+    make_call("demo", name="my call")
     result = call("seed_demo")
     assert "Calls: demo already has calls; none added." in result.out
     assert list(ServiceCall.objects.filter(tenant_id="demo").values_list("name", flat=True)) == ["my call"]

@@ -1,16 +1,16 @@
 """The details page: request (redacted), response or error, timeline, attempts, events."""
 
-from tenants.services import membership_add
-from tests.dashboard.helpers import failed, submit, succeeded
+from tests.support.factories import HOUR, make_call, make_failed_call, make_member, make_succeeded_call
 
 
 def test_it_shows_the_request_with_secret_header_values_redacted(owner_client, world):
-    call = submit(
+    call = make_call(
         "acme",
-        "with secrets",
+        name="with secrets",
         method="POST",
         body={"amount": 3},
         headers={"Authorization": "Bearer never-show-me", "X-Api-Key": "k-123-secret", "Accept": "text/csv"},
+        due_in=HOUR,
     )
     response = owner_client.get(f"/calls/{call.pk}/")
     assert response.status_code == 200
@@ -23,7 +23,7 @@ def test_it_shows_the_request_with_secret_header_values_redacted(owner_client, w
 
 
 def test_a_succeeded_call_shows_its_response_body_pretty_and_headers_as_a_table(owner_client, world):
-    call = succeeded("acme", "fetch", body='{"hello":"world","n":[1,2]}')
+    call = make_succeeded_call("acme", name="fetch", response_body='{"hello":"world","n":[1,2]}')
     html = owner_client.get(f"/calls/{call.pk}/").content.decode()
     assert 'Response <span class="http-status ok">200</span>' in html
     assert "&quot;hello&quot;: &quot;world&quot;,\n  &quot;n&quot;: [" in html
@@ -31,14 +31,14 @@ def test_a_succeeded_call_shows_its_response_body_pretty_and_headers_as_a_table(
 
 
 def test_a_failed_call_shows_the_error_kind_and_message(owner_client, world):
-    call = failed("acme", "broken")
+    call = make_failed_call("acme", name="broken")
     html = owner_client.get(f"/calls/{call.pk}/").content.decode()
     assert '<span class="error-kind">HttpError</span>' in html
     assert "The target answered 503 Service Unavailable." in html
 
 
 def test_the_timeline_shows_each_step_with_lateness_and_latency(owner_client, world):
-    call = succeeded("acme", "timed")
+    call = make_succeeded_call("acme", name="timed")
     response = owner_client.get(f"/calls/{call.pk}/")
     steps = {step.label: step for step in response.context["timeline"]}
     assert list(steps) == ["Submitted", "Scheduled", "Due", "Started", "Finished"]
@@ -49,7 +49,7 @@ def test_the_timeline_shows_each_step_with_lateness_and_latency(owner_client, wo
 
 
 def test_a_scheduled_call_has_no_start_yet(owner_client, world):
-    call = submit("acme", "later", due_in=600)
+    call = make_call("acme", name="later", due_in=600)
     response = owner_client.get(f"/calls/{call.pk}/")
     steps = {step.label: step for step in response.context["timeline"]}
     assert steps["Started"].at is None and steps["Finished"].at is None
@@ -60,9 +60,9 @@ def test_a_scheduled_call_has_no_start_yet(owner_client, world):
 def test_it_lists_attempts_and_events_with_their_publication_state(owner_client, world):
     from outbox.dispatcher import dispatch_batch
 
-    call = succeeded("acme", "events")
+    call = make_succeeded_call("acme", name="events")
     dispatch_batch(sinks=[])  # publish what is there (no sink: marks rows published)
-    submit("acme", "other")  # unpublished events of another call do not show
+    make_call("acme", name="other", due_in=HOUR)  # unpublished events of another call do not show
     response = owner_client.get(f"/calls/{call.pk}/")
     events = response.context["events"]
     assert [e.event_type for e in events] == [
@@ -79,21 +79,21 @@ def test_it_lists_attempts_and_events_with_their_publication_state(owner_client,
 
 
 def test_unpublished_events_are_marked_pending(owner_client, world):
-    call = submit("acme", "fresh")
+    call = make_call("acme", name="fresh", due_in=HOUR)
     html = owner_client.get(f"/calls/{call.pk}/").content.decode()
     assert html.count('<span class="pub pub-no">pending</span>') == 2
 
 
 def test_an_outsider_gets_404_for_another_tenants_call(outsider_client, world):
-    call = submit("acme", "private")
+    call = make_call("acme", name="private", due_in=HOUR)
     assert outsider_client.get(f"/calls/{call.pk}/").status_code == 404
 
 
 def test_a_call_of_another_of_the_users_tenants_opens_and_offers_the_switch(owner_client, world):
     from eventservice.dashboard.tenancy import SESSION_KEY
 
-    membership_add(username="owner", tenant_id="globex")
-    call = submit("globex", "shared link")
+    make_member("owner", "globex")
+    call = make_call("globex", name="shared link", due_in=HOUR)
     owner_client.get("/calls/")
     assert owner_client.session[SESSION_KEY] == "acme"
     response = owner_client.get(f"/calls/{call.pk}/")
@@ -108,7 +108,7 @@ def test_a_call_of_another_of_the_users_tenants_opens_and_offers_the_switch(owne
 def test_a_rerun_links_back_to_its_original(owner_client, world):
     from orchestration.services import service_call_rerun
 
-    original = submit("acme", "first run")
+    original = make_call("acme", name="first run", due_in=HOUR)
     rerun = service_call_rerun(tenant_id="acme", service_call_id=original.pk, correlation_id="c")
     html = owner_client.get(f"/calls/{rerun.pk}/").content.decode()
     assert f'href="/calls/{original.pk}/"' in html

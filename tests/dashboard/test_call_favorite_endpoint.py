@@ -3,7 +3,7 @@
 from django.test import Client
 
 from orchestration.models import ServiceCallTag
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call
 
 
 def _starred(call) -> bool:
@@ -11,7 +11,7 @@ def _starred(call) -> bool:
 
 
 def test_starring_and_unstarring_return_to_the_page_it_came_from(owner_client, world):
-    call = submit("acme", "star me")
+    call = make_call("acme", name="star me", due_in=HOUR)
     response = owner_client.post(f"/calls/{call.pk}/favorite", {"favorite": "on", "next": "/calls/?q=star"})
     assert response.status_code == 302 and response["Location"] == "/calls/?q=star"
     assert _starred(call)
@@ -20,13 +20,13 @@ def test_starring_and_unstarring_return_to_the_page_it_came_from(owner_client, w
 
 
 def test_it_does_not_redirect_to_another_site(owner_client, world):
-    call = submit("acme", "star me")
+    call = make_call("acme", name="star me", due_in=HOUR)
     response = owner_client.post(f"/calls/{call.pk}/favorite", {"favorite": "on", "next": "https://evil.example/"})
     assert response["Location"] == f"/calls/{call.pk}/"
 
 
 def test_a_script_needs_the_csrf_token(world):
-    call = submit("acme", "star me")
+    call = make_call("acme", name="star me", due_in=HOUR)
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(world.owner)
     assert (
@@ -44,6 +44,6 @@ def test_a_script_needs_the_csrf_token(world):
 
 
 def test_an_outsider_cannot_star_another_tenants_call(outsider_client, world):
-    call = submit("acme", "private")
+    call = make_call("acme", name="private", due_in=HOUR)
     assert outsider_client.post(f"/calls/{call.pk}/favorite", {"favorite": "on"}).status_code == 404
     assert not _starred(call)

@@ -1,10 +1,10 @@
 """The JSON a page polls to follow one call: the API's representation, tenant-checked."""
 
-from tests.dashboard.helpers import submit, succeeded
+from tests.support.factories import HOUR, make_call, make_succeeded_call
 
 
 def test_it_answers_the_calls_representation_with_its_outcome(owner_client, world):
-    call = succeeded("acme", "done", headers={"Authorization": "Bearer hidden-1"})
+    call = make_succeeded_call("acme", name="done", headers={"Authorization": "Bearer hidden-1"})
     body = owner_client.get(f"/calls/{call.pk}/live").json()
     assert body["serviceCallId"] == str(call.pk)
     assert body["status"] == "Succeeded"
@@ -13,5 +13,5 @@ def test_it_answers_the_calls_representation_with_its_outcome(owner_client, worl
 
 
 def test_an_outsider_gets_404(outsider_client, world):
-    call = submit("acme", "private")
+    call = make_call("acme", name="private", due_in=HOUR)
     assert outsider_client.get(f"/calls/{call.pk}/live").status_code == 404

@@ -2,11 +2,11 @@
 
 from core.secrets import unseal_headers
 from orchestration.models import ServiceCall
-from tests.dashboard.helpers import failed, submit
+from tests.support.factories import HOUR, make_call, make_failed_call
 
 
 def test_it_submits_a_new_call_with_the_same_request_and_opens_it(owner_client, world):
-    original = failed("acme", "flaky", headers={"Authorization": "Bearer keep-me"}, tags=["ops"])
+    original = make_failed_call("acme", name="flaky", headers={"Authorization": "Bearer keep-me"}, tags=["ops"])
     response = owner_client.post(f"/calls/{original.pk}/rerun")
     rerun = ServiceCall.objects.exclude(pk=original.pk).get()
     assert response.status_code == 302 and response["Location"] == f"/calls/{rerun.pk}/"
@@ -17,12 +17,12 @@ def test_it_submits_a_new_call_with_the_same_request_and_opens_it(owner_client, 
 
 
 def test_it_needs_a_post(owner_client, world):
-    call = submit("acme", "once")
+    call = make_call("acme", name="once", due_in=HOUR)
     assert owner_client.get(f"/calls/{call.pk}/rerun").status_code == 405
     assert ServiceCall.objects.count() == 1
 
 
 def test_an_outsider_cannot_run_another_tenants_call(outsider_client, world):
-    call = submit("acme", "private")
+    call = make_call("acme", name="private", due_in=HOUR)
     assert outsider_client.post(f"/calls/{call.pk}/rerun").status_code == 404
     assert ServiceCall.objects.count() == 1

@@ -3,7 +3,7 @@
 import re
 
 from orchestration.services import service_call_favorite_set
-from tests.dashboard.helpers import failed, submit, succeeded
+from tests.support.factories import HOUR, make_call, make_failed_call, make_succeeded_call
 
 
 def _names(response) -> list[str]:
@@ -11,8 +11,8 @@ def _names(response) -> list[str]:
 
 
 def test_it_lists_the_tenants_calls_newest_first_with_id_status_and_details(owner_client, world):
-    older = submit("acme", "older")
-    newer = succeeded("acme", "newer")
+    older = make_call("acme", name="older", due_in=HOUR)
+    newer = make_succeeded_call("acme", name="newer")
     response = owner_client.get("/calls/")
     assert response.status_code == 200
     assert _names(response) == ["newer", "older"]
@@ -25,25 +25,25 @@ def test_it_lists_the_tenants_calls_newest_first_with_id_status_and_details(owne
 
 
 def test_an_outsider_sees_none_of_another_tenants_calls(outsider_client, world):
-    submit("acme", "acme secret roadmap")
-    submit("globex", "globex own call")
+    make_call("acme", name="acme secret roadmap", due_in=HOUR)
+    make_call("globex", name="globex own call", due_in=HOUR)
     response = outsider_client.get("/calls/")
     assert _names(response) == ["globex own call"]
     assert "acme secret roadmap" not in response.content.decode()
 
 
 def test_it_filters_by_status(owner_client, world):
-    submit("acme", "waiting")
-    succeeded("acme", "done")
-    failed("acme", "broken")
+    make_call("acme", name="waiting", due_in=HOUR)
+    make_succeeded_call("acme", name="done")
+    make_failed_call("acme", name="broken")
     assert _names(owner_client.get("/calls/?status=Failed")) == ["broken"]
     assert _names(owner_client.get("/calls/?status=Failed&status=Succeeded")) == ["broken", "done"]
 
 
 def test_two_tag_filters_keep_calls_that_carry_both(owner_client, world):
-    submit("acme", "billing only", tags=["billing"])
-    submit("acme", "both", tags=["billing", "nightly"])
-    submit("acme", "nightly only", tags=["nightly"])
+    make_call("acme", name="billing only", tags=["billing"], due_in=HOUR)
+    make_call("acme", name="both", tags=["billing", "nightly"], due_in=HOUR)
+    make_call("acme", name="nightly only", tags=["nightly"], due_in=HOUR)
     response = owner_client.get("/calls/?tag=billing&tag=nightly")
     assert _names(response) == ["both"]
     html = response.content.decode()
@@ -52,14 +52,14 @@ def test_two_tag_filters_keep_calls_that_carry_both(owner_client, world):
 
 
 def test_it_filters_by_text_in_the_name(owner_client, world):
-    submit("acme", "Nightly Export")
-    submit("acme", "invoice sync")
+    make_call("acme", name="Nightly Export", due_in=HOUR)
+    make_call("acme", name="invoice sync", due_in=HOUR)
     assert _names(owner_client.get("/calls/?q=export")) == ["Nightly Export"]
 
 
 def test_show_favorites_lists_only_starred_calls(owner_client, world):
-    starred = submit("acme", "starred")
-    submit("acme", "plain")
+    starred = make_call("acme", name="starred", due_in=HOUR)
+    make_call("acme", name="plain", due_in=HOUR)
     service_call_favorite_set(tenant_id="acme", service_call_id=starred.pk, favorite=True)
     response = owner_client.get("/calls/?favorite=true")
     assert _names(response) == ["starred"]
@@ -67,14 +67,14 @@ def test_show_favorites_lists_only_starred_calls(owner_client, world):
 
 
 def test_it_filters_by_submission_date(owner_client, world):
-    call = submit("acme", "today")
+    call = make_call("acme", name="today", due_in=HOUR)
     day = call.submitted_at.date()
     assert _names(owner_client.get(f"/calls/?submittedFrom={day}&submittedTo={day}")) == ["today"]
     assert _names(owner_client.get(f"/calls/?submittedFrom={day.replace(year=day.year + 1)}")) == []
 
 
 def test_it_reports_an_invalid_filter_instead_of_ignoring_it(owner_client, world):
-    submit("acme", "anything")
+    make_call("acme", name="anything", due_in=HOUR)
     response = owner_client.get("/calls/?submittedFrom=yesterday-ish")
     assert response.status_code == 400
     assert _names(response) == []
@@ -83,7 +83,7 @@ def test_it_reports_an_invalid_filter_instead_of_ignoring_it(owner_client, world
 
 def test_it_paginates_with_a_records_per_page_choice_and_keeps_filters_in_the_links(owner_client, world):
     for number in range(12):
-        submit("acme", f"call {number:02d}", tags=["bulk"])
+        make_call("acme", name=f"call {number:02d}", tags=["bulk"], due_in=HOUR)
     first = owner_client.get("/calls/?tag=bulk&per=10")
     html = first.content.decode()
     assert "1–10 of 12" in html
@@ -95,7 +95,7 @@ def test_it_paginates_with_a_records_per_page_choice_and_keeps_filters_in_the_li
 
 
 def test_an_unknown_page_size_falls_back_to_the_default(owner_client, world):
-    submit("acme", "one")
+    make_call("acme", name="one", due_in=HOUR)
     assert owner_client.get("/calls/?per=7").context["per_page"] == 25
 
 

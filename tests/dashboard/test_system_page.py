@@ -3,16 +3,15 @@
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 
-from tests.dashboard.helpers import failed, submit
+from tests.support.factories import make_call, make_failed_call, make_user
 from timer.models import TimerSchedule
 from workers.services import RunRecorder, session_start
 
 
 @pytest.fixture
 def superuser(db):
-    return get_user_model().objects.create_superuser("root", password="pw-root-123")
+    return make_user("root", superuser=True)
 
 
 def test_it_is_refused_to_users_who_are_not_staff(owner_client):
@@ -24,9 +23,9 @@ def test_a_superuser_sees_workers_backlogs_and_every_tenants_failures(client, wo
     recorder = RunRecorder(session_id=session.id)
     recorder.record("dispatch", started=time.monotonic(), items=0, error=RuntimeError("sink down: broker refused"))
     recorder.flush(force=True)
-    submit("acme", "later", due_in=600)
-    failed("acme", "acme failure")
-    failed("globex", "globex failure")
+    make_call("acme", name="later", due_in=600)
+    make_failed_call("acme", name="acme failure")
+    make_failed_call("globex", name="globex failure")
     client.force_login(superuser)
     response = client.get("/system/")
     assert response.status_code == 200
@@ -39,9 +38,9 @@ def test_a_superuser_sees_workers_backlogs_and_every_tenants_failures(client, wo
 
 
 def test_non_superuser_staff_see_only_their_tenants(client, world):
-    submit("acme", "acme later", due_in=600)
-    failed("acme", "acme failure")
-    failed("globex", "globex failure")
+    make_call("acme", name="acme later", due_in=600)
+    make_failed_call("acme", name="acme failure")
+    make_failed_call("globex", name="globex failure")
     session = session_start()
     recorder = RunRecorder(session_id=session.id)
     recorder.record("dispatch", started=time.monotonic(), items=0, error=RuntimeError("mentions acme internals"))

@@ -1,8 +1,7 @@
 """The header's tenant switcher: the current tenant lives in the session, only own tenants, only by POST."""
 
 from eventservice.dashboard.tenancy import SESSION_KEY
-from tenants.services import membership_add
-from tests.dashboard.helpers import submit
+from tests.support.factories import HOUR, make_call, make_member, make_user
 
 
 def test_a_member_of_one_tenant_sees_its_name_and_no_switcher(owner_client):
@@ -12,9 +11,9 @@ def test_a_member_of_one_tenant_sees_its_name_and_no_switcher(owner_client):
 
 
 def test_a_member_of_two_tenants_switches_and_sees_the_other_tenants_calls(owner_client, world):
-    membership_add(username="owner", tenant_id="globex")
-    submit("acme", "acme-only call")
-    submit("globex", "globex-only call")
+    make_member("owner", "globex")
+    make_call("acme", name="acme-only call", due_in=HOUR)
+    make_call("globex", name="globex-only call", due_in=HOUR)
 
     html = owner_client.get("/calls/").content.decode()
     assert 'name="tenant"' in html and '<option value="globex"' in html
@@ -39,16 +38,14 @@ def test_a_foreign_tenant_left_in_the_session_falls_back_to_the_users_own(outsid
     session = outsider_client.session
     session[SESSION_KEY] = "acme"
     session.save()
-    submit("acme", "secret acme plan")
+    make_call("acme", name="secret acme plan", due_in=HOUR)
     html = outsider_client.get("/calls/").content.decode()
     assert "secret acme plan" not in html
     assert outsider_client.session[SESSION_KEY] == "globex"
 
 
 def test_a_user_without_any_tenant_is_told_how_to_get_one(client, db):
-    from django.contrib.auth import get_user_model
-
-    loner = get_user_model().objects.create_user("loner", password="pw-loner-123")
+    loner = make_user("loner")
     client.force_login(loner)
     response = client.get("/calls/")
     assert response.status_code == 403
@@ -60,9 +57,9 @@ def test_switching_needs_a_post(owner_client):
 
 
 def test_a_shared_list_link_of_another_own_tenant_offers_the_switch_and_changes_nothing(owner_client, world):
-    membership_add(username="owner", tenant_id="globex")
-    submit("acme", "acme call")
-    submit("globex", "globex call")
+    make_member("owner", "globex")
+    make_call("acme", name="acme call", due_in=HOUR)
+    make_call("globex", name="globex call", due_in=HOUR)
     owner_client.get("/calls/")
     response = owner_client.get("/calls/?tenant=globex&q=globex")
     html = response.content.decode()
@@ -77,8 +74,8 @@ def test_a_shared_list_link_of_another_own_tenant_offers_the_switch_and_changes_
 
 
 def test_accepting_the_offer_switches_and_opens_the_link(owner_client, world):
-    membership_add(username="owner", tenant_id="globex")
-    submit("globex", "globex call")
+    make_member("owner", "globex")
+    make_call("globex", name="globex call", due_in=HOUR)
     response = owner_client.post("/tenant/", {"tenant": "globex", "next": "/calls/?tenant=globex&q=globex"})
     assert response.status_code == 302 and response["Location"] == "/calls/?tenant=globex&q=globex"
     assert owner_client.session[SESSION_KEY] == "globex"
@@ -88,14 +85,14 @@ def test_accepting_the_offer_switches_and_opens_the_link(owner_client, world):
 
 
 def test_the_switch_never_redirects_off_site(owner_client, world):
-    membership_add(username="owner", tenant_id="globex")
+    make_member("owner", "globex")
     response = owner_client.post("/tenant/", {"tenant": "globex", "next": "https://evil.example/calls/"})
     assert response["Location"] == "/calls/"
 
 
 def test_a_link_to_the_current_tenant_just_opens(owner_client, world):
-    membership_add(username="owner", tenant_id="globex")
-    submit("acme", "acme call")
+    make_member("owner", "globex")
+    make_call("acme", name="acme call", due_in=HOUR)
     html = owner_client.get("/calls/?tenant=acme").content.decode()
     assert "acme call" in html and "This link is for" not in html
 
@@ -103,7 +100,7 @@ def test_a_link_to_the_current_tenant_just_opens(owner_client, world):
 def test_a_switch_with_a_csrf_token_missing_is_refused(client, world):
     from django.test import Client
 
-    membership_add(username="owner", tenant_id="globex")
+    make_member("owner", "globex")
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(world.owner)
     strict.get("/calls/")
@@ -112,7 +109,7 @@ def test_a_switch_with_a_csrf_token_missing_is_refused(client, world):
 
 
 def test_a_list_link_of_a_foreign_tenant_shows_the_users_own_calls(outsider_client, world):
-    submit("acme", "acme call")
+    make_call("acme", name="acme call", due_in=HOUR)
     html = outsider_client.get("/calls/?tenant=acme").content.decode()
     assert "acme call" not in html and "This link is for" not in html
     assert outsider_client.session[SESSION_KEY] == "globex"

@@ -2,7 +2,7 @@
 servers and resolvers, floods of headers, huge headers, endless bodies and gzip bombs.
 
 Each attempt here has a short timeout and each test bounds its own wall time; the servers are
-raw sockets on 127.0.0.1 (tests/security/listeners.py).
+raw sockets on 127.0.0.1 (tests/support/listeners.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import time
 import tracemalloc
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,10 +17,8 @@ from execution.egress import EgressPolicy
 from execution.http import HttpRequest, perform
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
-from tests.conftest import wait_for
-from tests.security.listeners import (
+from tests.support.factories import make_call
+from tests.support.listeners import (
     big_headers,
     body_drip,
     continue_flood,
@@ -33,6 +30,7 @@ from tests.security.listeners import (
     respond,
     silent,
 )
+from tests.support.waiting import wait_for
 
 
 def get(url: str, timeout_ms: int = 600) -> HttpRequest:
@@ -198,14 +196,6 @@ def test_a_small_body_is_complete_and_not_truncated(http_target):
 # --- Other tenants never wait for a hostile target ------------------------------------------
 
 
-def _submit(tenant_id: str, url: str, *, timeout_ms: int = 3000, due_at: datetime | None = None) -> ServiceCall:
-    data = {"name": f"{tenant_id} call", "requestSpec": {"method": "GET", "url": url, "timeoutMs": timeout_ms}}
-    if due_at is not None:
-        data["dueAt"] = due_at.isoformat()
-    call, _ = service_call_submit(tenant_id=tenant_id, submission=validate_submission(data), correlation_id="c")
-    return call
-
-
 def test_hostile_targets_of_one_tenant_never_delay_another_tenants_call(world, http_target, engine, bomb):
     with (
         listening("127.0.0.1", header_drip(0.05)) as drip,
@@ -217,15 +207,15 @@ def test_hostile_targets_of_one_tenant_never_delay_another_tenants_call(world, h
         hostile = []
         for _ in range(3):
             hostile += [
-                _submit("globex", drip.url()),
-                _submit("globex", hung.url()),
-                _submit("globex", flood.url()),
-                _submit("globex", gzip_stream.url()),
-                _submit("globex", gzip_bomb.url()),
-                _submit("globex", http_target.url("/drip")),
+                make_call("globex", url=drip.url(), timeout_ms=3000),
+                make_call("globex", url=hung.url(), timeout_ms=3000),
+                make_call("globex", url=flood.url(), timeout_ms=3000),
+                make_call("globex", url=gzip_stream.url(), timeout_ms=3000),
+                make_call("globex", url=gzip_bomb.url(), timeout_ms=3000),
+                make_call("globex", url=http_target.url("/drip"), timeout_ms=3000),
             ]
         # Due while every hostile attempt is still in flight (their deadline is 3 s).
-        acme = _submit("acme", http_target.url("/json"), due_at=datetime.now(UTC) + timedelta(seconds=2))
+        acme = make_call("acme", url=http_target.url("/json"), timeout_ms=3000, due_in=2)
         done = wait_for(lambda: (c := ServiceCall.objects.get(pk=acme.pk)).is_terminal and c, timeout=10)
         assert done.status == ServiceCall.Status.SUCCEEDED
         lateness = (done.started_at - done.due_at).total_seconds()
@@ -245,7 +235,7 @@ def test_a_nul_in_the_response_body_or_headers_is_stored_as_a_replacement_charac
     # PostgreSQL's text and jsonb refuse U+0000: unscrubbed, finishing this call would fail.
     body = b'{"a":"x\x00y"}'
     with listening("127.0.0.1", respond(body=body, headers=[("X-Odd", "a\x00b")])) as target:
-        call = _submit("acme", target.url())
+        call = make_call("acme", url=target.url(), timeout_ms=3000)
         done = wait_for(lambda: (c := ServiceCall.objects.get(pk=call.pk)).is_terminal and c, timeout=10)
     meta = done.outcome_meta["responseMeta"]
     assert done.status == ServiceCall.Status.SUCCEEDED

@@ -19,7 +19,7 @@ from cryptography.x509.oid import NameOID
 from execution.egress import EgressPolicy
 from execution.http import HttpRequest, perform
 from execution.outcomes import ErrorKind
-from tests.security.listeners import (
+from tests.support.listeners import (
     close_quietly,
     free_port,
     garbage,

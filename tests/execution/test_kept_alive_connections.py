@@ -4,7 +4,7 @@ A server closes an idle kept-alive connection when its timer fires (gunicorn: 2 
 sent on it at that moment is lost before the target sees it. The agent does not reuse a
 connection idle longer than POOLED_CONNECTION_MAX_IDLE_SECONDS, and sends a request once more,
 on a new connection, only when it provably did not reach the target (docs/security.md §3).
-Servers are raw sockets on 127.0.0.1 (tests/security/listeners.py `keep_alive`).
+Servers are raw sockets on 127.0.0.1 (tests/support/listeners.py `keep_alive`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from execution.http import HttpRequest, perform
 from execution.outcomes import ErrorKind
 from execution.transport import POOLED_CONNECTION_MAX_IDLE_SECONDS, WireProgress, may_send_again
-from tests.security.listeners import Listener, keep_alive, listening, read_head
+from tests.support.listeners import Listener, keep_alive, listening, read_head
 
 CLOSED = {"connection closed before a response", "connection reset"}
 

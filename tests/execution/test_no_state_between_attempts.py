@@ -13,20 +13,18 @@ import pytest
 from core.secrets import redact_headers
 from execution.http import USER_AGENT, HttpRequest, perform
 from execution.models import HttpExecution
-from orchestration.services import CallKey, service_call_submit
-from orchestration.validation import validate_submission
-from tests.security.listeners import listening, respond
+from orchestration.services import CallKey
+from tests.support.factories import make_call
+from tests.support.listeners import listening, respond
 from workers.pipeline import run_now
 
 SESSION_COOKIE = [("Set-Cookie", "session=acme-session-1; Path=/"), ("Set-Cookie", "other=2; Path=/; HttpOnly")]
 
 
 def run(tenant_id: str, url: str, *, method: str = "GET", headers=None, body=None) -> HttpExecution:
-    spec = {"method": method, "url": url, "headers": headers or {}}
-    if body is not None:
-        spec["body"] = body
-    submission = validate_submission({"name": "no state", "requestSpec": spec})
-    call, _ = service_call_submit(tenant_id=tenant_id, submission=submission, correlation_id="no-state")
+    call = make_call(
+        tenant_id, name="no state", method=method, url=url, headers=headers, body=body, correlation_id="no-state"
+    )
     assert run_now([CallKey(tenant_id, call.pk)], worker_id="no-state") == 1
     return HttpExecution.objects.get(service_call_id=call.pk)
 

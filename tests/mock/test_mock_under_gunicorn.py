@@ -7,7 +7,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from tests.agent_process import agent_env, gunicorn, manage
+from tests.support.agent_process import agent_env, gunicorn, manage
 
 SLOW_REQUESTS = 20
 DELAY_MS = 8000

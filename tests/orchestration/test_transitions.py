@@ -18,20 +18,9 @@ from orchestration.services import (
     service_call_tags_set,
     service_calls_start,
 )
-from orchestration.validation import validate_submission
 from outbox.models import OutboxEvent
+from tests.support.factories import make_call, make_submission
 from timer.models import TimerSchedule
-
-
-def submission(**overrides):
-    data = {"name": "ping", "requestSpec": {"method": "GET", "url": "https://example.test/ping"}, "tags": ["a", "b"]}
-    data.update(overrides)
-    return validate_submission(data)
-
-
-def submit(tenant="acme", **overrides):
-    call, created = service_call_submit(tenant_id=tenant, submission=submission(**overrides), correlation_id="c-1")
-    return call
 
 
 def events(call):
@@ -40,7 +29,7 @@ def events(call):
 
 def test_submit_stores_a_scheduled_call_with_tags_timer_and_two_events(world):
     due = datetime.now(UTC) + timedelta(minutes=5)
-    call = submit(dueAt=due.isoformat())
+    call = make_call(tags=["a", "b"], due_at=due)
     stored = ServiceCall.objects.get(pk=call.pk)
     assert stored.status == ServiceCall.Status.SCHEDULED
     assert abs((stored.due_at - due).total_seconds()) < 0.001
@@ -52,13 +41,13 @@ def test_submit_stores_a_scheduled_call_with_tags_timer_and_two_events(world):
 
 
 def test_a_past_due_time_means_now(world):
-    call = submit(dueAt=(datetime.now(UTC) - timedelta(hours=1)).isoformat())
+    call = make_call(due_at=datetime.now(UTC) - timedelta(hours=1))
     stored = ServiceCall.objects.get(pk=call.pk)
     assert stored.due_at == stored.submitted_at
 
 
 def test_start_is_conditional_and_a_duplicate_is_harmless(world):
-    call = submit()
+    call = make_call()
     first = service_call_start(tenant_id="acme", service_call_id=call.pk)
     second = service_call_start(tenant_id="acme", service_call_id=call.pk)
     assert first is not None and second is None
@@ -67,19 +56,19 @@ def test_start_is_conditional_and_a_duplicate_is_harmless(world):
 
 
 def test_it_never_starts_a_call_before_its_due_time(world):
-    call = submit(dueAt=(datetime.now(UTC) + timedelta(minutes=1)).isoformat())
+    call = make_call(due_in=60)
     assert service_calls_start(keys=[CallKey("acme", call.pk)]) == []
     assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.SCHEDULED
 
 
 def test_it_refuses_to_start_a_call_under_another_tenant(world):
-    call = submit()
+    call = make_call()
     assert service_calls_start(keys=[CallKey("globex", call.pk)]) == []
     assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.SCHEDULED
 
 
 def test_finish_records_the_outcome_once_and_terminal_states_never_change(world):
-    call = submit()
+    call = make_call()
     service_call_start(tenant_id="acme", service_call_id=call.pk)
     ok = Outcome(succeeded=True, status=200, headers={"a": "b"}, body_snippet="{}", latency_ms=12)
     assert service_call_finish(tenant_id="acme", service_call_id=call.pk, outcome=ok)
@@ -96,7 +85,7 @@ def test_finish_records_the_outcome_once_and_terminal_states_never_change(world)
 
 
 def test_a_failure_carries_its_error_kind(world):
-    call = submit()
+    call = make_call()
     service_call_start(tenant_id="acme", service_call_id=call.pk)
     service_call_finish(
         tenant_id="acme",
@@ -109,7 +98,7 @@ def test_a_failure_carries_its_error_kind(world):
 
 
 def test_a_scheduled_call_cannot_be_finished(world):
-    call = submit()
+    call = make_call()
     assert not service_call_finish(
         tenant_id="acme", service_call_id=call.pk, outcome=Outcome(succeeded=True, status=200)
     )
@@ -118,34 +107,34 @@ def test_a_scheduled_call_cannot_be_finished(world):
 
 def test_the_same_idempotency_key_and_payload_returns_the_existing_call(world):
     first, created = service_call_submit(
-        tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x"
+        tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="x"
     )
     again, created_again = service_call_submit(
-        tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="y"
+        tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="y"
     )
     assert created and not created_again and first.pk == again.pk
     assert ServiceCall.objects.count() == 1
 
 
 def test_the_same_idempotency_key_with_another_payload_conflicts_and_stores_nothing(world):
-    service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x")
+    service_call_submit(tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="x")
     with pytest.raises(Conflict):
         service_call_submit(
-            tenant_id="acme", submission=submission(idempotencyKey="k-1", name="other"), correlation_id="y"
+            tenant_id="acme", submission=make_submission(idempotency_key="k-1", name="other"), correlation_id="y"
         )
     assert ServiceCall.objects.count() == 1 and OutboxEvent.objects.count() == 2
 
 
 def test_idempotency_keys_are_per_tenant(world):
-    a, _ = service_call_submit(tenant_id="acme", submission=submission(idempotencyKey="k-1"), correlation_id="x")
+    a, _ = service_call_submit(tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="x")
     b, created = service_call_submit(
-        tenant_id="globex", submission=submission(idempotencyKey="k-1"), correlation_id="y"
+        tenant_id="globex", submission=make_submission(idempotency_key="k-1"), correlation_id="y"
     )
     assert created and a.pk != b.pk
 
 
 def test_tags_replace_the_set_and_emit_one_tagged_event(world):
-    call = submit()
+    call = make_call(tags=["a", "b"])
     service_call_tags_set(tenant_id="acme", service_call_id=call.pk, tags=["b", "c", "favorite"])
     service_call_tags_set(tenant_id="acme", service_call_id=call.pk, tags=["b", "c", "favorite"])  # no change
     assert sorted(ServiceCallTag.objects.filter(service_call=call).values_list("tag", flat=True)) == [
@@ -159,13 +148,8 @@ def test_tags_replace_the_set_and_emit_one_tagged_event(world):
 
 
 def test_rerun_submits_a_new_call_with_the_same_request_and_sealed_secrets(world):
-    call = submit(
-        requestSpec={
-            "method": "POST",
-            "url": "https://example.test/x",
-            "headers": {"Authorization": "Bearer s3cr3t"},
-            "body": {"a": 1},
-        }
+    call = make_call(
+        method="POST", url="https://example.test/x", headers={"Authorization": "Bearer s3cr3t"}, body={"a": 1}
     )
     again = service_call_rerun(tenant_id="acme", service_call_id=call.pk, correlation_id="rerun")
     assert again.pk != call.pk and again.rerun_of == call.pk
@@ -184,7 +168,7 @@ def test_a_call_whose_sealed_secret_no_key_opens_fails_at_start_without_being_se
     from cryptography.fernet import Fernet
 
     settings.FIELD_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]
-    call = submit(requestSpec={"method": "GET", "url": "https://example.test/x", "headers": {"X-Api-Key": "k-123"}})
+    call = make_call(url="https://example.test/x", headers={"X-Api-Key": "k-123"})
     settings.FIELD_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]  # the old key is gone
     assert service_calls_start(keys=[CallKey("acme", call.pk)]) == []
     stored = ServiceCall.objects.get(pk=call.pk)
@@ -197,10 +181,8 @@ def test_the_idempotency_fingerprint_is_keyed_not_a_bare_hash_of_the_payload(wor
     import hashlib
     import json
 
-    spec = {"method": "GET", "url": "https://example.test/", "headers": {"Authorization": "Bearer weak"}}
-    call = submit(idempotencyKey="k-9", requestSpec=spec)
-    canonical = json.dumps(
-        submission(idempotencyKey="k-9", requestSpec=spec).fingerprint_payload(), sort_keys=True, separators=(",", ":")
-    )
+    fields = {"idempotency_key": "k-9", "headers": {"Authorization": "Bearer weak"}}
+    call = make_call(**fields)
+    canonical = json.dumps(make_submission(**fields).fingerprint_payload(), sort_keys=True, separators=(",", ":"))
     stored = ServiceCall.objects.get(pk=call.pk).request_fingerprint
     assert len(stored) == 64 and stored != hashlib.sha256(canonical.encode()).hexdigest()

@@ -3,33 +3,16 @@ unpublished or young is touched, and OUTBOX_RETENTION_DAYS=0 keeps everything.""
 
 from datetime import timedelta
 
-from django.db import transaction
-
-from core.ids import new_id, utcnow
+from core.ids import utcnow
 from outbox.models import OutboxEvent
-from outbox.services import NewEvent, outbox_append, outbox_delete_published_before
-from tests.conftest import wait_for
+from outbox.services import outbox_delete_published_before
+from tests.support.factories import make_event
+from tests.support.waiting import wait_for
 
 
-def _events(count, *, published_days_ago=None, tenant="acme"):
-    with transaction.atomic():
-        rows = outbox_append(
-            events=[
-                NewEvent(
-                    tenant_id=tenant,
-                    aggregate_id=new_id(),
-                    type="ServiceCallTagged",
-                    payload={"n": n},
-                    correlation_id="c",
-                    at=utcnow(),
-                )
-                for n in range(count)
-            ]
-        )
-    ids = [row.pk for row in rows]
-    if published_days_ago is not None:
-        OutboxEvent.objects.filter(pk__in=ids).update(published_at=utcnow() - timedelta(days=published_days_ago))
-    return ids
+def _events(count, *, published_days_ago=None):
+    """The ids of `count` new events, published that many days ago when given."""
+    return [make_event(payload={"n": n}, published_days_ago=published_days_ago).pk for n in range(count)]
 
 
 def test_it_deletes_only_events_published_before_the_cutoff_in_batches(db):

@@ -4,7 +4,7 @@ operation, through the Django WSGI app in this process (no network).
 No response may be a 5xx, every response must conform to the schema (status codes, content
 types, bodies, headers), and auth must not be ignored.
 Requests are authenticated with acme's API key and aimed at acme's tenant and at one of its
-real calls, so handlers are exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
+real calls, subscriptions and deliveries, so handlers are exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
 operation (valid and invalid ones), no deadline.
 
 Not run: schemathesis' "schema-valid data is accepted" and "schema-invalid data is refused".
@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis import checks
 from schemathesis.generation.meta import ParameterLocation
 
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
+from tests.support.factories import make_call
+from tests.support.subscriptions import fan_out, make_subscription
 
 
 def _load_schema():
@@ -57,15 +57,15 @@ def wsgi_requests_keep_the_test_transaction(db):
 
 @pytest.fixture
 def acme_call(world) -> str:
-    submission = validate_submission(
-        {
-            "name": "fuzzed",
-            "tags": ["fuzz"],
-            "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/", "headers": {"Authorization": "Bearer x"}},
-        }
-    )
-    call, _ = service_call_submit(tenant_id="acme", submission=submission, correlation_id="fuzz")
-    return str(call.pk)
+    return str(make_call(name="fuzzed", tags=["fuzz"], headers={"Authorization": "Bearer x"}).pk)
+
+
+@pytest.fixture
+def acme_delivery(world) -> tuple[str, str]:
+    """acme's webhook subscription and one delivery of it (of a call made after it)."""
+    subscription, _ = make_subscription("acme", name="fuzzed hook")
+    [notification, *_] = fan_out(make_call(name="fuzzed delivery").pk)
+    return str(subscription.pk), str(notification.pk)
 
 
 def _negative(case, location: ParameterLocation) -> bool:
@@ -90,7 +90,7 @@ else:
         phases=[Phase.generate],
     )
     def test_every_api_operation_conforms_to_its_schema(
-        case, world, acme_call, wsgi_requests_keep_the_test_transaction
+        case, world, acme_call, acme_delivery, wsgi_requests_keep_the_test_transaction
     ):
         # Aim valid paths at acme and its call; an invalid path or header stays as generated.
         if not _negative(case, ParameterLocation.PATH):
@@ -99,6 +99,10 @@ else:
                 parameters["tenant_id"] = "acme"
             if "service_call_id" in parameters:
                 parameters["service_call_id"] = acme_call
+            if "subscription_id" in parameters:
+                parameters["subscription_id"] = acme_delivery[0]
+            if "notification_id" in parameters:
+                parameters["notification_id"] = acme_delivery[1]
         auth = {} if _negative(case, ParameterLocation.HEADER) else {"Authorization": f"Bearer {world.acme_key}"}
         # The schema cannot say "the Idempotency-Key header, if given, equals the body's key"
         # (a mismatch is a documented 400): a positive case keeps them equal.

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from django.conf import settings
 
-from tests.agent_process import GUNICORN, ROOT, agent_env, free_port, manage
+from tests.support.agent_process import GUNICORN, ROOT, agent_env, free_port, manage
 
 HTTPS_ENV = {
     "SESSION_COOKIE_SECURE": "true",

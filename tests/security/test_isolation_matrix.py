@@ -22,17 +22,22 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 
 from core.ids import short_id
+from delivery.models import Notification, Subscription
 from orchestration.models import ServiceCall, ServiceCallTag
-from orchestration.services import CallKey, service_call_submit
-from orchestration.validation import validate_submission
+from orchestration.services import CallKey
 from outbox.models import OutboxEvent
 from tenants.models import ApiKey, Membership
-from tests.security.routes import AcmeObjects, CannotFill, Route, all_routes, fill
+from tests.support.factories import make_call
+from tests.support.routes import AcmeObjects, CannotFill, Route, all_routes, fill
+from tests.support.subscriptions import fan_out, make_subscription, record_try
 from workers.pipeline import run_now
 
 ACME_NAMES = ("acme-private-call-5c1e", "acme-scheduled-call-8b2f")
 ACME_PATH = "/acme-private-path-9d4b"
 ACME_TAG = "acme-tag-3e7a"
+ACME_HOOK_NAME = "acme-hook-name-7f3c"
+ACME_HOOK_PATH = "/acme-hook-path-2a9e"
+ACME_HOOK_ANSWER = "acme-hook-answer-4d1b"
 PRODUCT_APPS = ["tenants", "orchestration", "timer", "execution", "outbox", "workers"]
 OBJECT_STATUSES = {301, 302, 303, 400, 401, 403, 404, 405}
 
@@ -45,22 +50,42 @@ class Acme:
 
 @pytest.fixture
 def acme(transactional_db, world, http_target) -> Acme:
-    """Two acme calls (one run for real: attempt, events, timer; one scheduled), a globex call."""
-
-    def submit(tenant: str, name: str, url: str, **extra) -> ServiceCall:
-        tag = ACME_TAG if tenant == "acme" else "globex-tag"
-        data = {"name": name, "requestSpec": {"method": "GET", "url": url}, "tags": [tag], **extra}
-        return service_call_submit(tenant_id=tenant, submission=validate_submission(data), correlation_id="iso")[0]
-
-    ran = submit("acme", ACME_NAMES[0], http_target.url(ACME_PATH))
+    """Two acme calls (one run for real: attempt, events, timer; one scheduled), a globex call,
+    and an acme webhook subscription with deliveries of the scheduled call's events."""
+    hook, hook_secret = make_subscription("acme", name=ACME_HOOK_NAME, url=http_target.url(ACME_HOOK_PATH))
+    ran = make_call("acme", name=ACME_NAMES[0], url=http_target.url(ACME_PATH), tags=[ACME_TAG])
     run_now([CallKey("acme", ran.pk)], worker_id="isolation")
-    due = (datetime.now(UTC) + timedelta(days=30)).isoformat()
-    scheduled = submit("acme", ACME_NAMES[1], http_target.url(ACME_PATH), dueAt=due)
-    submit("globex", "globex-call", http_target.url("/globex"))
+    scheduled = make_call(
+        "acme",
+        name=ACME_NAMES[1],
+        url=http_target.url(ACME_PATH),
+        tags=[ACME_TAG],
+        due_at=datetime.now(UTC) + timedelta(days=30),
+    )
+    make_call("globex", name="globex-call", url=http_target.url("/globex"), tags=["globex-tag"])
     assert ServiceCall.objects.get(pk=ran.pk).status == ServiceCall.Status.SUCCEEDED
+    # acme's webhook subscription (made before the calls) has deliveries of both calls' events
+    # (those of the scheduled one carry its id, which must not show), one of them tried.
+    fan_out(ran.pk)
+    deliveries = [n for n in fan_out(scheduled.pk) if n.subscription_id == hook.pk]
+    record_try(deliveries[0], succeeded=False, status_code=500, response_snippet=ACME_HOOK_ANSWER, error="HTTP 500")
     return Acme(
-        objects=AcmeObjects(call=ran.pk, other_call=scheduled.pk),
-        markers=[*ACME_NAMES, ACME_PATH, ACME_TAG, str(scheduled.pk), short_id(scheduled.pk)],
+        objects=AcmeObjects(
+            call=ran.pk,
+            other_call=scheduled.pk,
+            extra={"subscription_id": str(hook.pk), "notification_id": str(deliveries[0].pk)},
+        ),
+        markers=[
+            *ACME_NAMES,
+            ACME_PATH,
+            ACME_TAG,
+            str(scheduled.pk),
+            short_id(scheduled.pk),
+            ACME_HOOK_NAME,
+            ACME_HOOK_PATH,
+            ACME_HOOK_ANSWER,
+            hook_secret,
+        ],
     )
 
 
@@ -111,7 +136,17 @@ def _acme_state() -> tuple:
     members = tuple(Membership.objects.filter(tenant_id="acme").order_by("pk").values_list("user_id", "role"))
     keys = tuple(ApiKey.objects.filter(tenant_id="acme").order_by("pk").values_list("pk", "label", "revoked_at"))
     events = OutboxEvent.objects.filter(tenant_id="acme").count()
-    return calls, tags, members, keys, events
+    hooks = tuple(
+        Subscription.objects.filter(tenant_id="acme")
+        .order_by("pk")
+        .values_list("pk", "name", "url", "enabled", "event_types", "secret", "updated_at")
+    )
+    deliveries = tuple(
+        Notification.objects.filter(tenant_id="acme")
+        .order_by("pk")
+        .values_list("pk", "state", "attempts", "manual", "next_attempt_at")
+    )
+    return calls, tags, members, keys, events, hooks, deliveries
 
 
 def test_every_route_can_be_filled_with_acmes_ids(acme):

@@ -21,9 +21,10 @@ from execution.models import HttpExecution
 from orchestration.models import ServiceCall
 from orchestration.validation import MAX_BODY_DEPTH, MAX_DOCUMENT_DEPTH
 from outbox.models import OutboxEvent
-from tests.api.conftest import ApiClient, assert_problem, call_url, calls_url, stored_counts, valid_payload
+from outbox.services import outbox_mark_published
 from tests.commands.cli import call as run_command
-from tests.dashboard.helpers import succeeded
+from tests.support.api import ApiClient, assert_problem, call_url, calls_url, stored_counts, valid_payload
+from tests.support.factories import make_succeeded_call
 from timer.models import TimerSchedule
 
 # About as deep as what the API stored before the nesting limit (its parser gave up near 950
@@ -220,7 +221,7 @@ def poisoned_call(world) -> ServiceCall:
     writing the JSON columns directly (as a row stored before the rules would hold it)."""
     if connection.vendor != "sqlite":
         pytest.skip("PostgreSQL's jsonb refuses lone surrogates and NUL: no such row can exist there")
-    call = succeeded("acme", "poisoned", headers={"X-Trace": "t-1"}, body={"ok": True})
+    call = make_succeeded_call("acme", name="poisoned", headers={"X-Trace": "t-1"}, response_body={"ok": True})
     spec = dict(call.request_spec)
     spec["headers"] = {**spec["headers"], "X-Poison\udc00": "v\ud800"}
     spec["body"] = {"k\ud800": ["\udc00", {"n": "nul\u0000"}], "deep": nested(OLD_API_DEPTH)}
@@ -240,8 +241,12 @@ def poisoned_call(world) -> ServiceCall:
             "tags": ["t\udc00"],
             "deep": nested(OLD_API_DEPTH),
         }
-        # Published: the events feed shows it.
-        OutboxEvent.objects.filter(pk=event.pk).update(event_payload=envelope, published_at=utcnow())
+        OutboxEvent.objects.filter(pk=event.pk).update(event_payload=envelope)
+    # Published: the events feed shows them.
+    with transaction.atomic():
+        outbox_mark_published(
+            ids=list(OutboxEvent.objects.filter(aggregate_id=call.pk).values_list("pk", flat=True)), at=utcnow()
+        )
     return ServiceCall.objects.get(pk=call.pk)
 
 
@@ -251,7 +256,7 @@ def _ok(response, status: int = 200) -> str:
 
 
 def test_text_columns_cannot_hold_a_lone_surrogate_so_json_columns_are_where_it_can_live(world):
-    call = succeeded("acme", "plain")
+    call = make_succeeded_call("acme", name="plain")
     # SQLite's and PostgreSQL's drivers both encode text as strict UTF-8.
     with pytest.raises((UnicodeEncodeError, DataError)), transaction.atomic():
         ServiceCall.objects.filter(pk=call.pk).update(name="x\ud800")
@@ -261,7 +266,7 @@ def test_text_columns_cannot_hold_a_lone_surrogate_so_json_columns_are_where_it_
 @pytest.mark.parametrize("body", [{"k": "\ud800"}, {"\udc00": 1}, {"k": "nul \u0000"}])
 def test_postgresql_cannot_store_what_validation_refuses_so_both_backends_answer_400(world, body):
     # Without the check the submission would be stored on SQLite and a 500 on PostgreSQL.
-    call = succeeded("acme", "plain")
+    call = make_succeeded_call("acme", name="plain")
     with pytest.raises(DataError), transaction.atomic():
         ServiceCall.objects.filter(pk=call.pk).update(request_spec={**call.request_spec, "body": body})
 
@@ -279,7 +284,7 @@ def test_the_api_shows_a_poisoned_call_escaped_in_every_view(acme_api, poisoned_
     assert "k\ud800" in detail["requestSpec"]["body"]
     assert detail["outcome"]["responseMeta"]["bodySnippet"] == "snippet \ud800"
     assert detail["executions"][0]["response"]["headers"] == {"X-Reply": "\udc00"}
-    assert {event["payload"].get("name") for event in feed["results"]} >= {"n\ud800"}
+    assert {event["payload"].get("name") for event in feed["data"]} >= {"n\ud800"}
     assert tagged["tags"] == ["after"]
 
 
@@ -297,7 +302,7 @@ def test_running_a_poisoned_call_again_is_refused_and_stores_nothing(acme_api, o
 
 
 def test_a_call_stored_with_a_body_beyond_the_limit_is_shown_but_not_run_again(acme_api, world):
-    call = succeeded("acme", "deep", body=None)
+    call = make_succeeded_call("acme", name="deep", response_body=None)
     spec = {**call.request_spec, "body": nested(OLD_API_DEPTH)}
     ServiceCall.objects.filter(pk=call.pk).update(request_spec=spec)
 
@@ -343,8 +348,8 @@ def test_the_admin_shows_a_poisoned_call_in_every_list_and_change_page(admin_cli
 def test_a_hostile_targets_answer_shows_on_the_details_page(owner_client, world):
     # Stored through the real services: a target may answer escaped surrogates (valid ASCII
     # JSON) or a body deeper than the decoder goes, and the page pretty-prints JSON bodies.
-    escaped = succeeded("acme", "escaped", body='{"a": "\\ud800"}')
-    deep = succeeded("acme", "deep", body="[" * 3000)
+    escaped = make_succeeded_call("acme", name="escaped", response_body='{"a": "\\ud800"}')
+    deep = make_succeeded_call("acme", name="deep", response_body="[" * 3000)
 
     assert "&quot;a&quot;: &quot;\ufffd&quot;" in _ok(owner_client.get(f"/calls/{escaped.pk}/"))
     assert "[" * 3000 in _ok(owner_client.get(f"/calls/{deep.pk}/"))

@@ -13,19 +13,11 @@ from django.core.management import CommandError, call_command
 
 from core.secrets import SEALED, derived_key, unseal_headers
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
+from tests.support.factories import make_call
 
 OLD = Fernet.generate_key().decode()
 NEW = Fernet.generate_key().decode()
 OTHER = Fernet.generate_key().decode()
-
-
-def _submit(name: str, headers: dict[str, str]) -> ServiceCall:
-    submission = validate_submission(
-        {"name": name, "requestSpec": {"method": "GET", "url": "http://127.0.0.1:9/", "headers": headers}}
-    )
-    return service_call_submit(tenant_id="acme", submission=submission, correlation_id="c")[0]
 
 
 def _token(call: ServiceCall, header: str) -> bytes:
@@ -42,9 +34,9 @@ def _run(*args: str) -> str:
 
 def test_it_re_encrypts_every_sealed_value_under_the_first_key(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [OLD]
-    first = _submit("one", {"Authorization": "Bearer one-111", "X-Plain": "p"})
-    second = _submit("two", {"X-Api-Key": "two-222", "Cookie": "c=333"})
-    plain = _submit("three", {"Accept": "text/plain"})
+    first = make_call(name="one", headers={"Authorization": "Bearer one-111", "X-Plain": "p"})
+    second = make_call(name="two", headers={"X-Api-Key": "two-222", "Cookie": "c=333"})
+    plain = make_call(name="three", headers={"Accept": "text/plain"})
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
     output = _run()
     assert "Examined 3 calls; re-encrypted the secrets of 2." in output
@@ -65,7 +57,7 @@ def test_it_re_encrypts_every_sealed_value_under_the_first_key(world, settings):
 
 def test_a_second_run_leaves_values_already_under_the_first_key(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [OLD]
-    call = _submit("one", {"Authorization": "Bearer one-111"})
+    call = make_call(name="one", headers={"Authorization": "Bearer one-111"})
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
     _run()
     token = _token(call, "Authorization")
@@ -75,7 +67,7 @@ def test_a_second_run_leaves_values_already_under_the_first_key(world, settings)
 
 def test_it_moves_values_sealed_with_the_derived_key_to_configured_keys(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = []
-    call = _submit("derived", {"X-Auth-Token": "derived-444"})
+    call = make_call(name="derived", headers={"X-Auth-Token": "derived-444"})
     settings.FIELD_ENCRYPTION_KEYS = [NEW, derived_key(settings.SECRET_KEY).decode()]
     _run()
     assert Fernet(NEW.encode()).decrypt(_token(call, "X-Auth-Token")) == b"derived-444"
@@ -83,7 +75,7 @@ def test_it_moves_values_sealed_with_the_derived_key_to_configured_keys(world, s
 
 def test_dry_run_changes_nothing(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [OLD]
-    call = _submit("one", {"Authorization": "Bearer one-111"})
+    call = make_call(name="one", headers={"Authorization": "Bearer one-111"})
     token = _token(call, "Authorization")
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
     assert "would re-encrypt the secrets of 1." in _run("--dry-run")
@@ -92,9 +84,9 @@ def test_dry_run_changes_nothing(world, settings):
 
 def test_it_fails_and_keeps_values_no_configured_key_decrypts(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [OTHER]
-    lost = _submit("lost", {"Authorization": "Bearer lost-555"})
+    lost = make_call(name="lost", headers={"Authorization": "Bearer lost-555"})
     settings.FIELD_ENCRYPTION_KEYS = [OLD]
-    kept = _submit("kept", {"Authorization": "Bearer kept-666"})
+    kept = make_call(name="kept", headers={"Authorization": "Bearer kept-666"})
     token = _token(lost, "Authorization")
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
     with pytest.raises(CommandError, match=rf"1 calls hold secrets .* {lost.pk}"):
@@ -110,7 +102,7 @@ def test_it_refuses_a_batch_size_below_one(world):
 
 def test_it_works_in_small_batches(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [OLD]
-    calls = [_submit(f"c{i}", {"X-Api-Key": f"key-{i}-000"}) for i in range(5)]
+    calls = [make_call(name=f"c{i}", headers={"X-Api-Key": f"key-{i}-000"}) for i in range(5)]
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
     assert "Examined 5 calls; re-encrypted the secrets of 5." in _run("--batch-size", "2")
     assert [Fernet(NEW.encode()).decrypt(_token(c, "X-Api-Key")) for c in calls] == [

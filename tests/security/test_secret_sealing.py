@@ -16,8 +16,7 @@ from core.secrets import (
     unseal_headers,
 )
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
+from tests.support.factories import make_call
 
 KEY_A = Fernet.generate_key().decode()
 KEY_B = Fernet.generate_key().decode()
@@ -96,17 +95,7 @@ def test_redaction_hides_secret_names_and_sealed_values():
 
 def test_a_submitted_call_stores_only_sealed_values(world, settings):
     settings.FIELD_ENCRYPTION_KEYS = [KEY_A]
-    submission = validate_submission(
-        {
-            "name": "n",
-            "requestSpec": {
-                "method": "GET",
-                "url": "http://127.0.0.1:9/",
-                "headers": {"Authorization": "Bearer tok-777", "X-A": "1"},
-            },
-        }
-    )
-    call, _ = service_call_submit(tenant_id="acme", submission=submission, correlation_id="c")
+    call = make_call(name="n", headers={"Authorization": "Bearer tok-777", "X-A": "1"})
     stored = ServiceCall.objects.get(pk=call.pk).request_spec["headers"]
     assert stored["X-A"] == "1"
     assert "tok-777" not in str(stored)

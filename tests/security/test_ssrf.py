@@ -19,10 +19,10 @@ from execution.egress import EgressPolicy
 from execution.http import HttpRequest, perform
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
 from orchestration.validation import validate_submission
-from tests.conftest import wait_for
-from tests.security.listeners import Listener, listening, redirect_to, respond
+from tests.support.factories import make_call
+from tests.support.listeners import Listener, listening, redirect_to, respond
+from tests.support.waiting import wait_for
 
 # The allowlist while refusing: a name and an address that are not the listener, and the
 # listener's address on another port, so "allowed host, other port" is exercised too.
@@ -249,13 +249,10 @@ E2E = [v for v in VARIANTS if v.resolver is None]
 def _submit_all(urls: list[str]) -> tuple[list[ServiceCall], int]:
     calls, refused_at_edge = [], 0
     for index, url in enumerate(urls):
-        data = {"name": f"ssrf {index}", "requestSpec": {"method": "GET", "url": url, "timeoutMs": 3000}}
         try:
-            submission = validate_submission(data)
+            calls.append(make_call(name=f"ssrf {index}", url=url, timeout_ms=3000))
         except ValidationFailed:
             refused_at_edge += 1
-            continue
-        calls.append(service_call_submit(tenant_id="acme", submission=submission, correlation_id="ssrf")[0])
     return calls, refused_at_edge
 
 

@@ -1,4 +1,5 @@
-"""Never lose, never send twice (SPEC §3 rules 5-6): SIGKILL the workers mid-flight."""
+"""Never lose, never send twice (docs/architecture.md, "Never lose, never send twice"): SIGKILL
+the workers mid-flight."""
 
 import time
 from collections import Counter
@@ -8,9 +9,8 @@ import pytest
 
 from execution.models import HttpExecution
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
-from tests.conftest import wait_for
+from tests.support.factories import make_call
+from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
@@ -24,18 +24,15 @@ def submit_burst(http_target) -> dict[str, str]:
     ids = {}
     for n in range(CALLS):
         marker = f"n{n}"
-        data = {
-            "name": f"burst {n}",
-            "requestSpec": {
-                "method": "POST",
-                "url": http_target.url(f"/delay/{150 + (n % 4) * 100}?m={marker}"),
-                "body": {"n": n},
-            },
-        }
-        if n % 5:  # every fifth call is due at once, the others spread over the next 6 s
-            data["dueAt"] = (now + timedelta(milliseconds=50 * n)).isoformat()
-        call, _ = service_call_submit(
-            tenant_id="acme" if n % 2 else "globex", submission=validate_submission(data), correlation_id=f"burst-{n}"
+        call = make_call(
+            "acme" if n % 2 else "globex",
+            name=f"burst {n}",
+            method="POST",
+            url=http_target.url(f"/delay/{150 + (n % 4) * 100}?m={marker}"),
+            body={"n": n},
+            # every fifth call is due at once, the others spread over the next 6 s
+            due_at=now + timedelta(milliseconds=50 * n) if n % 5 else None,
+            correlation_id=f"burst-{n}",
         )
         ids[marker] = call.pk
     return ids

@@ -1,20 +1,9 @@
 """The engine in this process against a real HTTP server: the whole flow of a call."""
 
-from datetime import UTC, datetime, timedelta
-
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
 from outbox.models import OutboxEvent
-from tests.conftest import wait_for
-
-
-def _submit(tenant_id, url, *, due_in=None, **spec):
-    data = {"name": "call", "requestSpec": {"method": "GET", "url": url, **spec}}
-    if due_in is not None:
-        data["dueAt"] = (datetime.now(UTC) + timedelta(seconds=due_in)).isoformat()
-    call, _ = service_call_submit(tenant_id=tenant_id, submission=validate_submission(data), correlation_id="corr-1")
-    return call
+from tests.support.factories import make_call
+from tests.support.waiting import wait_for
 
 
 def _terminal(call):
@@ -23,7 +12,7 @@ def _terminal(call):
 
 
 def test_a_due_call_succeeds_with_its_four_events_published_in_order(world, http_target, engine):
-    call = _submit("acme", http_target.url("/json"), due_in=1)
+    call = make_call("acme", url=http_target.url("/json"), due_in=1)
     done = wait_for(lambda: _terminal(call))
     assert done.status == ServiceCall.Status.SUCCEEDED
     assert done.started_at >= done.due_at
@@ -43,9 +32,9 @@ def test_a_due_call_succeeds_with_its_four_events_published_in_order(world, http
 
 
 def test_non_2xx_refused_and_timeout_get_their_error_kinds(world, http_target, engine):
-    http_error = _submit("acme", http_target.url("/status/503"))
-    refused = _submit("acme", "http://127.0.0.1:9/")
-    slow = _submit("acme", http_target.url("/delay/3000"), timeoutMs=300)
+    http_error = make_call("acme", url=http_target.url("/status/503"))
+    refused = make_call("acme", url="http://127.0.0.1:9/")
+    slow = make_call("acme", url=http_target.url("/delay/3000"), timeout_ms=300)
     assert wait_for(lambda: _terminal(http_error)).error_kind == "HttpError"
     assert ServiceCall.objects.get(pk=http_error.pk).outcome_meta["errorMeta"]["status"] == 503
     assert wait_for(lambda: _terminal(refused)).error_kind == "NetworkError"

@@ -1,27 +1,17 @@
 """The agent's loops running in real django-q2 workers (`manage.py qcluster`)."""
 
 import json
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
 from outbox.models import OutboxEvent
-from tests.conftest import wait_for
+from tests.support.factories import make_call
+from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 from workers.models import WorkerSession
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
-
-
-def submit(url: str, *, due_in: float | None = None, name: str = "call", tenant: str = "acme") -> ServiceCall:
-    data = {"name": name, "requestSpec": {"method": "GET", "url": url}}
-    if due_in is not None:
-        data["dueAt"] = (datetime.now(UTC) + timedelta(seconds=due_in)).isoformat()
-    call, _ = service_call_submit(tenant_id=tenant, submission=validate_submission(data), correlation_id="qc")
-    return call
 
 
 def fresh(call: ServiceCall) -> ServiceCall:
@@ -44,7 +34,7 @@ def cluster(tmp_path):
 
 def test_a_call_due_in_3s_starts_within_a_second_of_its_due_time(world, http_target, cluster):
     cluster()
-    call = submit(http_target.url("/json"), due_in=3)
+    call = make_call(url=http_target.url("/json"), due_in=3)
     done = wait_for(lambda: (c := fresh(call)).is_terminal and c, timeout=15)
     assert done.status == ServiceCall.Status.SUCCEEDED
     lateness = (done.started_at - done.due_at).total_seconds()
@@ -62,9 +52,9 @@ def test_a_call_due_in_3s_starts_within_a_second_of_its_due_time(world, http_tar
 
 def test_a_past_due_call_is_started_by_a_django_q2_task_without_any_timer_loop(world, http_target, cluster):
     # No engine: only django-q2's own pusher and workers run. The call due now must still run,
-    # through the task enqueued at submission (SPEC §3 rule 4).
+    # through the task enqueued at submission (docs/architecture.md, "The path of one call", 1).
     cluster(ENGINE_ENABLED="false")
-    call = submit(http_target.url("/ok"))
+    call = make_call(url=http_target.url("/ok"))
     done = wait_for(lambda: (c := fresh(call)).is_terminal and c, timeout=15)
     assert done.status == ServiceCall.Status.SUCCEEDED
     assert http_target.count("/ok") == 1

@@ -8,19 +8,15 @@ from execution.models import HttpExecution
 from execution.outcomes import Outcome
 from execution.services import AttemptOrder, attempts_begin, attempts_finish
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_start, service_call_submit
-from orchestration.validation import validate_submission
+from orchestration.services import service_call_start
+from tests.support.factories import make_call
 from workers import recovery
 from workers.models import WorkerSession
 from workers.services import session_start
 
 
 def running_call(url="https://example.test/"):
-    call, _ = service_call_submit(
-        tenant_id="acme",
-        correlation_id="c",
-        submission=validate_submission({"name": "r", "requestSpec": {"method": "GET", "url": url}}),
-    )
+    call = make_call(name="r", url=url, correlation_id="c")
     started = service_call_start(tenant_id="acme", service_call_id=call.pk)
     # Make it look as if it started a while ago (past the claim grace).
     ServiceCall.objects.filter(pk=call.pk).update(started_at=utcnow() - timedelta(seconds=30))

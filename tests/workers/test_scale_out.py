@@ -11,10 +11,9 @@ import pytest
 
 from execution.models import HttpExecution
 from orchestration.models import ServiceCall
-from orchestration.services import service_call_submit
-from orchestration.validation import validate_submission
 from outbox.models import OutboxEvent
-from tests.conftest import wait_for
+from tests.support.factories import make_call
+from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
 pytestmark = [pytest.mark.workers, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -34,10 +33,12 @@ def run_two_clusters(world, http_target, tmp_path, **env):
     now = datetime.now(UTC)
     markers = {}
     for n in range(CALLS):
-        data = {"name": f"fan {n}", "requestSpec": {"method": "GET", "url": http_target.url(f"/ok?m=n{n}")}}
-        if n % 6:
-            data["dueAt"] = (now + timedelta(seconds=4, milliseconds=10 * n)).isoformat()
-        call, _ = service_call_submit(tenant_id="acme", submission=validate_submission(data), correlation_id=f"f{n}")
+        call = make_call(
+            name=f"fan {n}",
+            url=http_target.url(f"/ok?m=n{n}"),
+            due_at=now + timedelta(seconds=4, milliseconds=10 * n) if n % 6 else None,
+            correlation_id=f"f{n}",
+        )
         markers[f"n{n}"] = call.pk
     clusters = [Cluster(tmp_path, name=f"pg{i}", **env).start() for i in range(2)]
     try:

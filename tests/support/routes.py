@@ -17,6 +17,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.urls import Resolver404, get_resolver, resolve
 from django.utils.regex_helper import normalize
 
+from delivery.models import Notification, Subscription
 from tenants.models import Tenant
 
 
@@ -113,6 +114,16 @@ def fill(route: Route, acme: AcmeObjects) -> str:
     return path
 
 
+# An id no row has: a route of a kind of object acme has none of yet still resolves (and answers 404).
+NO_SUCH_ID = "0190a000-0000-7000-8000-000000000000"
+
+
+def _acme_row(rows) -> str:
+    """The id of acme's first such row, or an id that does not exist."""
+    row = rows.order_by("pk").first()
+    return str(row.pk) if row is not None else NO_SUCH_ID
+
+
 def _value(route: Route, param: str, acme: AcmeObjects) -> str:
     if param in acme.extra:
         return acme.extra[param]
@@ -120,6 +131,10 @@ def _value(route: Route, param: str, acme: AcmeObjects) -> str:
         return "acme"
     if param == "service_call_id":
         return str(acme.call)
+    if param == "subscription_id":
+        return _acme_row(Subscription.objects.filter(tenant_id="acme"))
+    if param == "notification_id":
+        return _acme_row(Notification.objects.filter(subscription__tenant_id="acme"))
     if route.template.startswith("admin/r/"):  # the admin's "view on site" shortcut
         if param == "content_type_id":
             return str(ContentType.objects.get(app_label="orchestration", model="servicecall").pk)
