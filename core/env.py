@@ -58,3 +58,39 @@ def env_pair(name: str) -> tuple[str, str] | None:
     if len(items) != 2 or not all(items):
         raise SettingsError(f"{name} must be two comma-separated values, got {raw!r}")
     return items[0], items[1]
+
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`: a number with a unit (`500ms`, `5s`, `5m`, `2h`, `3d`) or plain
+    seconds. Raises ValueError."""
+    text = text.strip().lower()
+    for unit in ("ms", "s", "m", "h", "d"):
+        if text.endswith(unit) and text[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(text[: -len(unit)]) * _UNITS[unit]
+    if text.replace(".", "", 1).isdigit():
+        return float(text)
+    raise ValueError(f"{text!r} is not a duration (e.g. 30s, 5m, 2h, 3d)")
+
+
+def env_duration(name: str, default: str) -> float:
+    """A duration in seconds from `name` (see parse_duration)."""
+    raw = os.environ.get(name) or default
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+
+
+def env_durations(name: str, default: str) -> list[float]:
+    """A comma-separated list of durations in seconds (at least one)."""
+    raw = os.environ.get(name) or default
+    try:
+        values = [parse_duration(item) for item in raw.split(",") if item.strip()]
+    except ValueError as exc:
+        raise SettingsError(f"{name}: {exc}") from None
+    if not values:
+        raise SettingsError(f"{name} must list at least one duration")
+    return values

@@ -65,6 +65,18 @@ def seal_headers(headers: dict[str, str]) -> dict[str, object]:
     }
 
 
+def seal_value(value: str) -> dict[str, str]:
+    """One secret (a webhook signing secret) sealed as a header value is."""
+    return {SEALED: _cipher().encrypt(value.encode()).decode()}
+
+
+def unseal_value(sealed: dict[str, str]) -> str:
+    try:
+        return _cipher().decrypt(sealed[SEALED].encode()).decode()
+    except InvalidToken:
+        raise SecretUnavailable("cannot decrypt a sealed value: its key is not in FIELD_ENCRYPTION_KEYS") from None
+
+
 def unseal_headers(headers: dict[str, object]) -> dict[str, str]:
     plain: dict[str, str] = {}
     for name, value in headers.items():

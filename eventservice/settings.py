@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
-from core.env import SettingsError, env_bool, env_int, env_list, env_pair, env_str
+from core.env import SettingsError, env_bool, env_duration, env_durations, env_int, env_list, env_pair, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
@@ -74,6 +75,7 @@ INSTALLED_APPS = [
     "timer",
     "execution",
     "outbox",
+    "delivery",
     "workers",
     "eventservice",
     "django.contrib.admin",
@@ -328,7 +330,27 @@ else:
 # --- Event sinks ----------------------------------------------------------------------------
 # Where the outbox dispatcher publishes events (dotted paths of outbox.sinks.Sink classes); the
 # log sink is always there (docs/architecture.md, "The path of one call").
-OUTBOX_SINKS = ["outbox.sinks.LogSink"]
+OUTBOX_SINKS = ["outbox.sinks.LogSink", "delivery.fanout.NotificationSink"]
+
+# --- Delivery to subscribers (docs/events.md) -----------------------------------------------
+# Retry schedule after a failed try (each step ±10 % jitter); then, or past the expiry from the
+# event, a notification is EXPIRED. A subscription failing that long without a success is
+# disabled with a reason.
+EVENT_DELIVERY_SCHEDULE = env_durations("EVENT_DELIVERY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h")
+EVENT_DELIVERY_EXPIRY = env_duration("EVENT_DELIVERY_EXPIRY", "3d")
+SUBSCRIPTION_DISABLE_AFTER = env_duration("SUBSCRIPTION_DISABLE_AFTER", "5d")
+WEBHOOK_TIMEOUT_MS = env_int("WEBHOOK_TIMEOUT_MS", 15_000, minimum=100, maximum=120_000)
+DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 16, minimum=1, maximum=256)
+DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
+DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
+# NATS JetStream: with a URL, an operator-wide subscription publishes every event to the stream
+# (ensured at start: subjects serviceagent.>, duplicate window 10 min).
+NATS_URL = env_str("NATS_URL", "").strip()
+NATS_STREAM = env_str("NATS_STREAM", "SERVICEAGENT").strip()
+if not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", NATS_STREAM):
+    raise SettingsError(f"NATS_STREAM must use only letters, digits, '-' and '_', got {NATS_STREAM!r}")
+NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", "serviceagent.{tenantId}.{type}").strip()
+NATS_PUBLISH_TIMEOUT_MS = env_int("NATS_PUBLISH_TIMEOUT_MS", 5_000, minimum=100, maximum=60_000)
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO")

@@ -13,6 +13,9 @@ from django.urls import reverse
 
 from core.ids import iso_ms
 from core.secrets import redact_headers
+from delivery.models import Notification
+from delivery.representation import call_event_delivery_representation
+from delivery.selectors import deliveries_for_call
 from execution.models import HttpExecution
 from orchestration.models import FAVORITE_TAG, ServiceCall
 from orchestration.selectors import tags_of
@@ -134,10 +137,22 @@ def service_call_detail_representation(
     *,
     executions: Iterable[HttpExecution],
     events: Iterable[OutboxEvent],
+    deliveries: dict[Any, list[Notification]] | None = None,
     request: Any = None,
 ) -> dict[str, Any]:
+    """The call with its attempt log and its events, each with its `deliveries` to the tenant's
+    own subscriptions: `deliveries` maps an event id to its notifications
+    (delivery.selectors.deliveries_for_call, one query for the whole call; read here if not given)."""
+    if deliveries is None:
+        deliveries = deliveries_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)
     return {
         **service_call_representation(call, request=request),
         "executions": [execution_representation(row) for row in executions],
-        "events": [event_representation(row) for row in events],
+        "events": [
+            {
+                **event_representation(row),
+                "deliveries": [call_event_delivery_representation(n) for n in deliveries.get(row.event_id, [])],
+            }
+            for row in events
+        ],
     }

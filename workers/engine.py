@@ -27,6 +27,8 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from core.ids import utcnow
+from delivery.runner import Deliverer
+from delivery.services import nats_subscription_ensure
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
 from orchestration.services import CallKey
@@ -138,6 +140,7 @@ class Engine:
             ("timer", self._timer_loop),
             ("recorder", self._recorder_loop),
             ("dispatch", self._dispatch_loop),
+            ("delivery", self._delivery_loop),
             ("watchdog", self._watchdog_loop),
         ]:
             thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
@@ -284,6 +287,36 @@ class Engine:
                 # Caught up: let events gather for one poll interval rather than take the
                 # write lock twice for every few events (lag stays within that interval).
                 self.stop_event.wait(idle)
+
+    # -- delivery to subscribers ----------------------------------------------------------------
+    def _delivery_loop(self) -> None:
+        """Notifications to subscribers (docs/events.md): claimed, tried on the deliverer's own
+        threads, recorded as they come back."""
+        idle = settings.DELIVERY_POLL_INTERVAL_MS / 1000
+        with self.gate.slot():
+            nats_subscription_ensure()
+        deliverer = Deliverer(
+            concurrency=settings.DELIVERY_CONCURRENCY,
+            batch_size=settings.DELIVERY_BATCH_SIZE,
+            write_guard=self.gate.slot,
+        )
+        try:
+            while not self.stop_event.is_set():
+                started = time.monotonic()
+                try:
+                    moved = deliverer.step()
+                except Exception as exc:
+                    logger.exception("event delivery failed")
+                    self._record_run("delivery", started=started, items=0, error=exc)
+                    close_old_connections()
+                    self.stop_event.wait(1.0)
+                    continue
+                if moved:
+                    self._record_run("delivery", started=started, items=moved)
+                else:
+                    deliverer.wait(idle)
+        finally:
+            deliverer.stop(wait=False)
 
     # -- watchdog, retention, heartbeat -------------------------------------------------------
     def _watchdog_loop(self) -> None:

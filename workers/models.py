@@ -54,6 +54,7 @@ class LoopRun(models.Model):
         TIMER = "timer"
         EXECUTION = "execution"
         DISPATCH = "dispatch"
+        DELIVERY = "delivery"
         WATCHDOG = "watchdog"
         RETENTION = "retention"
 
@@ -72,7 +73,7 @@ class LoopRun(models.Model):
         ordering = ["-started_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(loop__in=["timer", "execution", "dispatch", "watchdog", "retention"]),
+                condition=Q(loop__in=["timer", "execution", "dispatch", "delivery", "watchdog", "retention"]),
                 name="worker_loop_runs_loop_valid",
             ),
         ]

@@ -17,8 +17,16 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
         }
 
 
-# Request bodies the API refuses unknown fields in (orchestration.validation, the tags view).
-CLOSED_REQUEST_COMPONENTS = ("SubmitServiceCallRequest", "RequestSpecRequest", "TagsInputRequest")
+# Request bodies the API refuses unknown fields in (orchestration.validation, the tags view,
+# delivery.validation, the recover view).
+CLOSED_REQUEST_COMPONENTS = (
+    "SubmitServiceCallRequest",
+    "RequestSpecRequest",
+    "TagsInputRequest",
+    "CreateSubscriptionRequest",
+    "PatchedUpdateSubscriptionRequest",
+    "RecoverInputRequest",
+)
 
 
 def closed_request_bodies(result, generator, request, public):

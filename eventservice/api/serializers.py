@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from delivery.models import Notification
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
 from orchestration.validation import MAX_BODY_DEPTH, METHODS
@@ -119,13 +120,31 @@ class EventSerializer(serializers.Serializer):
     correlationId = serializers.CharField()
     causationId = serializers.CharField(allow_null=True)
     payload = serializers.DictField()
-    sequence = serializers.IntegerField(help_text="Outbox sequence; usable as `after` of the events tail.")
+    sequence = serializers.IntegerField(help_text="Outbox sequence: the order of a call's events.")
     publishedAt = serializers.DateTimeField(allow_null=True)
+
+
+class EventDeliverySerializer(serializers.Serializer):
+    """One subscription's delivery of a call's event (delivery.representation)."""
+
+    notificationId = serializers.UUIDField()
+    subscriptionId = serializers.UUIDField()
+    subscriptionName = serializers.CharField()
+    state = serializers.ChoiceField(choices=Notification.State.values)
+    attempts = serializers.IntegerField()
+    nextAttemptAt = serializers.DateTimeField(allow_null=True)
+    deliveredAt = serializers.DateTimeField(allow_null=True)
+
+
+class CallEventSerializer(EventSerializer):
+    deliveries = EventDeliverySerializer(
+        many=True, help_text="Its deliveries to the tenant's own subscriptions (operator-wide ones are not shown)."
+    )
 
 
 class ServiceCallDetailSerializer(ServiceCallSerializer):
     executions = ExecutionSerializer(many=True)
-    events = EventSerializer(many=True)
+    events = CallEventSerializer(many=True)
 
 
 class ServiceCallPageSerializer(serializers.Serializer):
@@ -134,9 +153,12 @@ class ServiceCallPageSerializer(serializers.Serializer):
     previous = serializers.URLField(allow_null=True)
 
 
-class EventPageSerializer(serializers.Serializer):
-    results = EventSerializer(many=True)
-    next = serializers.URLField(help_text="Poll this URL for the events after this page.")
+class EventFeedSerializer(serializers.Serializer):
+    data = EventSerializer(many=True, help_text="Published events, oldest first.")
+    iterator = serializers.CharField(
+        help_text="Pass as `after` to read on. Opaque; when nothing is new, the same position again."
+    )
+    done = serializers.BooleanField(help_text="True when the feed has no more events now (fewer than `limit`).")
 
 
 TAG_PATTERN = r"^[^\s\x00-\x1f\x7f]{1,64}$"

@@ -1,12 +1,13 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from eventservice.api import ops, schema, views  # noqa: F401 (schema registers the auth scheme)
+from eventservice.api import ops, schema, subscriptions, views  # noqa: F401 (schema registers the auth scheme)
 
 app_name = "api"
 
 TENANT = "api/tenants/<str:tenant_id>"
 CALL = f"{TENANT}/service-calls/<str:service_call_id>"
+SUBSCRIPTION = f"{TENANT}/subscriptions/<str:subscription_id>"
 
 urlpatterns = [
     path(f"{TENANT}/service-calls", views.ServiceCallsApi.as_view(), name="service-calls"),
@@ -14,6 +15,27 @@ urlpatterns = [
     path(f"{CALL}/tags", views.ServiceCallTagsApi.as_view(), name="service-call-tags"),
     path(f"{CALL}/rerun", views.ServiceCallRerunApi.as_view(), name="service-call-rerun"),
     path(f"{TENANT}/events", views.TenantEventsApi.as_view(), name="tenant-events"),
+    # Subscriptions' operations are fixed suffixes of its path (delivery.representation builds
+    # the links that way).
+    path(f"{TENANT}/subscriptions", subscriptions.SubscriptionsApi.as_view(), name="subscriptions"),
+    path(SUBSCRIPTION, subscriptions.SubscriptionDetailApi.as_view(), name="subscription-detail"),
+    path(
+        f"{SUBSCRIPTION}/rotate-secret",
+        subscriptions.SubscriptionRotateSecretApi.as_view(),
+        name="subscription-rotate-secret",
+    ),
+    path(f"{SUBSCRIPTION}/test", subscriptions.SubscriptionTestApi.as_view(), name="subscription-test"),
+    path(f"{SUBSCRIPTION}/recover", subscriptions.SubscriptionRecoverApi.as_view(), name="subscription-recover"),
+    path(
+        f"{SUBSCRIPTION}/deliveries",
+        subscriptions.SubscriptionDeliveriesApi.as_view(),
+        name="subscription-deliveries",
+    ),
+    path(
+        f"{TENANT}/deliveries/<str:notification_id>/resend",
+        subscriptions.DeliveryResendApi.as_view(),
+        name="delivery-resend",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     # Any other /api/ path is a problem+json 404 (but /api/docs and /api/schema get the slash).

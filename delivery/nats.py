@@ -1,0 +1,373 @@
+"""NATS JetStream for event delivery (docs/events.md): subject templates, and a publisher that
+blocking worker threads share.
+
+The first half is pure rules (what the API and admin need to validate a template); the second
+is transport: one asyncio loop in a daemon thread of its own, one nats-py connection that
+reconnects by itself, and `publish()` that blocks the calling thread until the stream's ack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import threading
+from collections.abc import Coroutine, Mapping, Sequence
+from concurrent.futures import CancelledError as FutureCancelledError
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NATS
+from nats.js import JetStreamContext
+from nats.js.api import Header, StreamConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_STREAM = "SERVICEAGENT"
+DEFAULT_STREAM_SUBJECTS = ("serviceagent.>",)
+DEFAULT_SUBJECT_TEMPLATE = "serviceagent.{tenantId}.{type}"
+SUBJECT_TEMPLATE_MAX_LENGTH = 200
+# The spec asks for at least ten minutes: a notification retried within that window after a
+# lost ack is stored once.
+MIN_DUPLICATE_WINDOW_S = 600
+
+# The envelope keys a template may use; a placeholder is named after its key.
+PLACEHOLDERS = ("tenantId", "type", "aggregateId")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+_UNSAFE_IN_TOKEN = re.compile(r"[^A-Za-z0-9_-]")
+_STREAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
+_SAMPLE_ENVELOPE = {
+    "tenantId": "acme",
+    "type": "ServiceCallSucceeded",
+    "aggregateId": "0190c2a4-7b1e-7cc0-8a4e-3f1d2b9c0d11",
+}
+
+
+# --- Pure rules ---------------------------------------------------------------------------
+
+
+def subject_for(template: str, envelope: Mapping[str, Any]) -> str:
+    """The subject an event goes to: `template` with {tenantId}, {type} and {aggregateId} filled
+    in from the envelope, each value made one safe subject token (see `_token`).
+
+    Raises ValueError for an unknown or malformed placeholder, or a template whose fixed part
+    makes an invalid subject; never for the event's values, so no event is undeliverable.
+    """
+    subject = _render(template, envelope)
+    error = _subject_error(subject)
+    if error:
+        raise ValueError(error)
+    return subject
+
+
+def validate_subject_template(template: str, *, stream_subjects: Sequence[str] = DEFAULT_STREAM_SUBJECTS) -> str | None:
+    """Why a subject template is refused (one sentence for a 400), or None when it is fine."""
+    if not isinstance(template, str) or not 1 <= len(template) <= SUBJECT_TEMPLATE_MAX_LENGTH:
+        return f"the subject template must be 1 to {SUBJECT_TEMPLATE_MAX_LENGTH} characters"
+    try:
+        subject = _render(template, _SAMPLE_ENVELOPE)
+    except ValueError as error:
+        return str(error)
+    error = _subject_error(subject)
+    if error:
+        return error
+    if not any(subject_covers(pattern, subject) for pattern in stream_subjects):
+        return f"the subject {subject!r} falls outside the stream's subjects ({', '.join(stream_subjects)})"
+    return None
+
+
+def subject_covers(pattern: str, subject: str) -> bool:
+    """Whether every subject `subject` matches (it may hold wildcards itself) also matches
+    `pattern`: `serviceagent.>` covers `serviceagent.acme.*`, not `serviceagent`."""
+    have, want = pattern.split("."), subject.split(".")
+    for index, token in enumerate(have):
+        if token == ">":
+            return len(want) > index  # '>' stands for one token or more
+        if index >= len(want) or want[index] == ">":
+            return False
+        if token != "*" and token != want[index]:
+            return False
+    return len(have) == len(want)
+
+
+def _render(template: str, envelope: Mapping[str, Any]) -> str:
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in PLACEHOLDERS:
+            known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+            raise ValueError(f"unknown placeholder {{{name}}} in the subject template (known: {known})")
+        return _token(envelope.get(name))
+
+    subject = _PLACEHOLDER.sub(fill, template)
+    if "{" in subject or "}" in subject:  # values never hold braces: _token replaced them
+        raise ValueError("unbalanced '{' or '}' in the subject template")
+    return subject
+
+
+def _token(value: Any) -> str:
+    """A value as exactly one subject token. Tenant slugs, event types and UUIDs pass unchanged;
+    anything else outside [A-Za-z0-9_-] becomes '_' ('.' would split the token, '*' and '>' are
+    wildcards, spaces end the subject), and a missing or empty value becomes '_'."""
+    if value is None or value == "":
+        return "_"
+    return _UNSAFE_IN_TOKEN.sub("_", str(value))
+
+
+def _subject_error(subject: str) -> str | None:
+    if not all(_TOKEN.fullmatch(token) for token in subject.split(".")):
+        return (
+            f"the subject {subject!r} is invalid: its dot-separated tokens must be non-empty and "
+            "use only letters, digits, '-' and '_'"
+        )
+    return None
+
+
+# --- Transport ----------------------------------------------------------------------------
+
+
+class JetStreamError(Exception):
+    """Publishing or stream set-up failed: timeout, no stream for the subject, refused, closed."""
+
+
+@dataclass(frozen=True)
+class PublishAck:
+    stream: str
+    seq: int
+    duplicate: bool  # the stream already held this Nats-Msg-Id: stored once, still a success
+
+
+T = TypeVar("T")
+
+
+class JetStreamPublisher:
+    """Publishes to JetStream from any number of plain threads.
+
+    One asyncio loop runs in a daemon thread of its own, started with the connection on first
+    use. nats-py reconnects by itself (forever: the agent is long-lived), and while NATS is
+    unreachable each call fails after `timeout_s` with JetStreamError instead of hanging.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        stream: str = DEFAULT_STREAM,
+        subjects: Sequence[str] = DEFAULT_STREAM_SUBJECTS,
+        duplicate_window_s: float = MIN_DUPLICATE_WINDOW_S,
+        timeout_s: float = 5.0,
+    ) -> None:
+        if not _STREAM_NAME.fullmatch(stream):
+            raise ValueError(f"invalid stream name {stream!r}: use letters, digits, '-' and '_'")
+        if duplicate_window_s < MIN_DUPLICATE_WINDOW_S:
+            raise ValueError(f"the duplicate window must be at least {MIN_DUPLICATE_WINDOW_S}s")
+        self._servers = [server.strip() for server in url.split(",") if server.strip()]
+        if not self._servers:
+            raise ValueError("a NATS url is required")
+        # For log lines and errors: the servers without any user:password@.
+        self.where = ", ".join(re.sub(r"//[^@/]*@", "//", server) for server in self._servers)
+        self.stream = stream
+        self.subjects = list(subjects)
+        self._duplicate_window_s = duplicate_window_s
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        # Written only on the loop's thread:
+        self._nc: NATS | None = None
+        self._connecting: asyncio.Task[JetStreamContext] | None = None
+        self._last_error: str | None = None
+
+    # Called from any thread.
+
+    def ensure_stream(self) -> Literal["created", "exists", "updated"]:
+        """Create the stream when missing ("created"); leave an existing one alone ("exists")
+        unless its subjects miss ours, then add ours and change nothing else ("updated")."""
+        return self._call(self._ensure_stream())
+
+    def publish(self, *, subject: str, payload: bytes, msg_id: str) -> PublishAck:
+        """Block until the stream acks the message; the stream stores a msg_id once per
+        duplicate window. Raises JetStreamError on timeout, no stream for the subject, or a
+        refusal."""
+        if not msg_id or not msg_id.isprintable() or " " in msg_id:
+            raise ValueError(f"invalid msg_id {msg_id!r}")
+        return self._call(self._publish(subject, payload, msg_id))
+
+    def close(self) -> None:
+        """Drain the connection and stop the loop thread; later calls raise JetStreamError."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            loop, thread = self._loop, self._thread
+        if loop is None or thread is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(self._timeout_s + 1)
+        except Exception as error:  # closing goes on whatever the connection's state
+            logger.warning("closing the NATS connection to %s: %s", self.where, error)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(self._timeout_s)
+
+    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        with self._lock:
+            if self._closed:
+                coroutine.close()
+                raise JetStreamError("the JetStream publisher is closed")
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=self._run_loop, args=(self._loop,), name="nats-publisher", daemon=True
+                )
+                self._thread.start()
+            loop = self._loop
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, self._timeout_s), loop)
+        try:
+            # The loop enforces timeout_s; the extra second only guards against a stuck loop.
+            return future.result(self._timeout_s + 1)
+        except TimeoutError:
+            future.cancel()
+            why = f" (last error: {self._last_error})" if self._last_error else ""
+            raise JetStreamError(f"no answer from NATS at {self.where} within {self._timeout_s}s{why}") from None
+        except FutureCancelledError:
+            raise JetStreamError("the JetStream publisher was closed") from None
+        except nats.errors.Error as error:
+            raise JetStreamError(f"NATS at {self.where}: {error}") from error
+
+    @staticmethod
+    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_forever()
+        finally:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+
+    # Run on the loop's thread.
+
+    async def _jetstream(self) -> JetStreamContext:
+        """The connected context, shared by every call; one connection attempt at a time."""
+        task = self._connecting
+        broken = task is not None and task.done() and (task.cancelled() or task.exception() is not None)
+        if task is None or broken or (self._nc is not None and self._nc.is_closed):
+            task = self._connecting = asyncio.ensure_future(self._connect())
+        # Shielded: a caller that times out gives up waiting, not the connection attempt.
+        return await asyncio.shield(task)
+
+    async def _connect(self) -> JetStreamContext:
+        nc = self._nc = NATS()
+        try:
+            await nc.connect(
+                servers=self._servers,
+                name="service-agent",
+                max_reconnect_attempts=-1,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+            )
+        except Exception:
+            await nc.close()
+            raise
+        self._last_error = None
+        logger.info("connected to NATS at %s", self.where)
+        return nc.jetstream(timeout=self._timeout_s)
+
+    async def _on_error(self, error: Exception) -> None:
+        # nats-py reports every failed attempt (one each 2 s while NATS is down): log changes only.
+        text = str(error) or type(error).__name__
+        if text != self._last_error:
+            self._last_error = text
+            logger.warning("NATS at %s: %s", self.where, text)
+
+    async def _on_disconnected(self) -> None:
+        if not self._closed:  # close() disconnects too
+            logger.warning("disconnected from NATS at %s; reconnecting", self.where)
+
+    async def _on_reconnected(self) -> None:
+        self._last_error = None
+        logger.info("reconnected to NATS at %s", self.where)
+
+    async def _publish(self, subject: str, payload: bytes, msg_id: str) -> PublishAck:
+        js = await self._jetstream()
+        try:
+            ack = await js.publish(subject, payload, headers={Header.MSG_ID: msg_id})
+        except nats.js.errors.NoStreamResponseError:
+            raise JetStreamError(
+                f"no stream takes subject {subject!r} on NATS at {self.where} (no responders)"
+            ) from None
+        except nats.js.errors.APIError as error:
+            raise JetStreamError(
+                f"the stream refused the message on {subject!r}: {error.description} "
+                f"(code {error.code}, err_code {error.err_code})"
+            ) from None
+        return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+
+    async def _ensure_stream(self) -> Literal["created", "exists", "updated"]:
+        await self._jetstream()
+        info = await self._api(f"STREAM.INFO.{self.stream}")
+        if info.get("error", {}).get("code") == 404:
+            config = StreamConfig(
+                name=self.stream, subjects=self.subjects, duplicate_window=self._duplicate_window_s
+            ).as_dict()
+            # Two agents starting together both create: the server accepts an identical config.
+            self._check(await self._api(f"STREAM.CREATE.{self.stream}", config), "create")
+            logger.info("created JetStream stream %s for %s", self.stream, ", ".join(self.subjects))
+            return "created"
+        self._check(info, "read")
+        # The server's own config, unparsed: an update sends back every field as it was, even
+        # those this nats-py version does not know (its StreamConfig would drop them).
+        config = info["config"]
+        window_s = (config.get("duplicate_window") or 0) / 1e9
+        if window_s < self._duplicate_window_s:
+            logger.warning(
+                "JetStream stream %s keeps a duplicate window of %ss, less than %ss: a retry after "
+                "that long may store an event twice",
+                self.stream,
+                window_s,
+                self._duplicate_window_s,
+            )
+        have = config.get("subjects") or []
+        missing = [s for s in self.subjects if not any(subject_covers(pattern, s) for pattern in have)]
+        if not missing:
+            return "exists"
+        # Only ever add subjects: removing some, or re-creating the stream, would lose messages
+        # or break other publishers. The server refuses subjects another stream already takes.
+        config["subjects"] = [*have, *missing]
+        self._check(await self._api(f"STREAM.UPDATE.{self.stream}", config), "add subjects to")
+        logger.warning("added %s to JetStream stream %s (had %s)", ", ".join(missing), self.stream, have)
+        return "updated"
+
+    async def _api(self, operation: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        assert self._nc is not None
+        data = json.dumps(body).encode() if body is not None else b""
+        try:
+            reply = await self._nc.request(f"$JS.API.{operation}", data, timeout=self._timeout_s)
+        except nats.errors.NoRespondersError:
+            raise JetStreamError(f"JetStream is not enabled on NATS at {self.where} (no responders)") from None
+        return json.loads(reply.data)
+
+    def _check(self, answer: dict[str, Any], doing: str) -> None:
+        error = answer.get("error")
+        if error:
+            raise JetStreamError(
+                f"could not {doing} JetStream stream {self.stream}: {error.get('description')} "
+                f"(code {error.get('code')}, err_code {error.get('err_code')})"
+            )
+
+    async def _shutdown(self) -> None:
+        if self._connecting is not None and not self._connecting.done():
+            self._connecting.cancel()
+        nc = self._nc
+        if nc is None or nc.is_closed:
+            return
+        try:
+            await asyncio.wait_for(nc.drain(), self._timeout_s)
+        except Exception:  # drain refuses while (re)connecting; close regardless
+            await nc.close()

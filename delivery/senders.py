@@ -1,0 +1,144 @@
+"""One try of one notification: a webhook POST signed per Standard Webhooks (through the same
+egress policy and bounded, pinned transport as service calls), or a NATS JetStream publish
+acknowledged by the stream (docs/events.md)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime
+
+from django.conf import settings
+from standardwebhooks.webhooks import Webhook
+
+from core.ids import utcnow
+from core.secrets import SecretUnavailable, unseal_value
+from delivery.models import Notification, Subscription
+from delivery.services import SendResult
+from execution.http import USER_AGENT, HttpRequest, perform
+
+# Statuses whose Retry-After is honoured (docs/events.md, "Retries").
+_RETRY_AFTER_STATUSES = (429, 503)
+
+
+def send(notification: Notification) -> SendResult:
+    """Try it once; never raises (a failure is a result)."""
+    started = utcnow()
+    try:
+        if notification.subscription.kind == Subscription.Kind.WEBHOOK:
+            return _send_webhook(notification, started)
+        return _send_nats(notification, started)
+    except Exception as exc:  # a bug or an unreachable dependency is a failed try, not a dead loop
+        return SendResult(succeeded=False, started_at=started, error=f"{type(exc).__name__}: {exc}"[:1000])
+
+
+def webhook_body(envelope: dict) -> str:
+    """The POST body: the envelope as compact JSON (what is signed is exactly what is sent)."""
+    return json.dumps(envelope, separators=(",", ":"))
+
+
+def webhook_signature(subscription: Subscription, *, msg_id: str, at: datetime, body: str) -> str:
+    """`v1,<base64>`, one per live secret, space-separated: during a rotation the previous
+    secret signs too, so receivers may switch whenever they like within the overlap."""
+    secrets = [unseal_value(subscription.secret)]
+    if subscription.previous_secret and subscription.previous_secret_until and subscription.previous_secret_until > at:
+        secrets.append(unseal_value(subscription.previous_secret))
+    return " ".join(Webhook(secret).sign(msg_id=msg_id, timestamp=at, data=body) for secret in secrets)
+
+
+def _send_webhook(notification: Notification, started: datetime) -> SendResult:
+    subscription = notification.subscription
+    body = webhook_body(notification.envelope)
+    msg_id = str(notification.envelope["id"])
+    try:
+        signature = webhook_signature(subscription, msg_id=msg_id, at=started, body=body)
+    except SecretUnavailable as exc:
+        return SendResult(succeeded=False, started_at=started, error=str(exc))
+    outcome = perform(
+        HttpRequest(
+            method="POST",
+            url=subscription.url,
+            headers={
+                "webhook-id": msg_id,
+                "webhook-timestamp": str(int(started.timestamp())),
+                "webhook-signature": signature,
+                "Content-Type": "application/json",
+                "User-Agent": USER_AGENT,
+            },
+            body=body,
+            timeout_ms=settings.WEBHOOK_TIMEOUT_MS,
+        )
+    )
+    if outcome.succeeded:
+        return SendResult(
+            succeeded=True,
+            started_at=started,
+            latency_ms=outcome.latency_ms,
+            status_code=outcome.status,
+            response_snippet=outcome.body_snippet or "",
+        )
+    return SendResult(
+        succeeded=False,
+        started_at=started,
+        latency_ms=outcome.latency_ms,
+        status_code=outcome.status,
+        response_snippet=outcome.body_snippet or "",
+        error=outcome.error_message or f"HTTP {outcome.status}",
+        retry_after=_retry_after(outcome.status, outcome.headers),
+        gone=outcome.status == 410,
+    )
+
+
+def _retry_after(status: int | None, headers: dict[str, str]) -> float | None:
+    if status not in _RETRY_AFTER_STATUSES:
+        return None
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            return max(0.0, (parsedate_to_datetime(value) - utcnow()).total_seconds())
+        except (TypeError, ValueError):
+            return None
+
+
+# --- NATS JetStream -----------------------------------------------------------------------
+
+_publisher_lock = threading.Lock()
+_publisher = None
+
+
+def nats_publisher():
+    """The process's one JetStream publisher (its own event loop thread and connection),
+    made on first use; its stream is ensured then."""
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None:
+            from delivery.nats import JetStreamPublisher
+
+            publisher = JetStreamPublisher(
+                url=settings.NATS_URL, stream=settings.NATS_STREAM, timeout_s=settings.NATS_PUBLISH_TIMEOUT_MS / 1000
+            )
+            publisher.ensure_stream()
+            _publisher = publisher
+        return _publisher
+
+
+def _send_nats(notification: Notification, started: datetime) -> SendResult:
+    from delivery.nats import subject_for
+
+    if not settings.NATS_URL:
+        return SendResult(succeeded=False, started_at=started, error="NATS_URL is not set")
+    subject = subject_for(
+        notification.subscription.subject_template or settings.NATS_SUBJECT_TEMPLATE, notification.envelope
+    )
+    began = time.monotonic()
+    nats_publisher().publish(
+        subject=subject, payload=webhook_body(notification.envelope).encode(), msg_id=str(notification.envelope["id"])
+    )
+    return SendResult(succeeded=True, started_at=started, latency_ms=int((time.monotonic() - began) * 1000))

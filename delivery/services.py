@@ -1,0 +1,435 @@
+"""Writes of the delivery module: subscriptions, the fan-out of events into notifications, and
+each notification's state as it is tried (docs/events.md)."""
+
+from __future__ import annotations
+
+import base64
+import random
+import secrets
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from core.errors import NotFound, ValidationFailed
+from core.ids import new_id, utcnow
+from core.secrets import seal_value
+from delivery.models import DeliveryAttempt, Notification, Subscription
+from delivery.selectors import OPEN_STATES
+from delivery.validation import SubscriptionInput
+
+# A delivery loop's claim on a notification; a send never outlasts it (webhook timeout 15 s).
+LEASE = timedelta(seconds=60)
+# The previous secret keeps signing this long after a rotation (receivers roll their config).
+ROTATION_OVERLAP = timedelta(hours=24)
+PING_TYPE = "ServiceAgentPing"
+# A subscription disabled by the receiver itself.
+GONE_REASON = "the endpoint answered 410 Gone"
+
+
+def new_webhook_secret() -> str:
+    """`whsec_` + base64 of 32 random bytes (Standard Webhooks)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+# --- Subscriptions ------------------------------------------------------------------------
+
+
+def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tuple[Subscription, str | None]:
+    """A subscription (webhook: with a new secret, returned once and stored sealed)."""
+    now = utcnow()
+    secret = new_webhook_secret() if data.kind == Subscription.Kind.WEBHOOK else None
+    subscription = Subscription.objects.create(
+        subscription_id=new_id(),
+        tenant_id=tenant_id,
+        kind=data.kind,
+        name=data.name,
+        url=data.url or "",
+        subject_template=data.subject_template or "",
+        event_types=list(data.event_types or []),
+        enabled=True if data.enabled is None else data.enabled,
+        secret=seal_value(secret) if secret else None,
+        created_at=now,
+        updated_at=now,
+    )
+    return subscription, secret
+
+
+def _subscription(tenant_id: str | None, subscription_id: uuid.UUID | str) -> Subscription:
+    rows = Subscription.objects.filter(pk=subscription_id)
+    rows = rows.filter(tenant__isnull=True) if tenant_id is None else rows.filter(tenant_id=tenant_id)
+    subscription = rows.select_for_update().first()
+    if subscription is None:
+        raise NotFound(f"Subscription {subscription_id} not found.")
+    return subscription
+
+
+def subscription_update(
+    *, tenant_id: str | None, subscription_id: uuid.UUID | str, data: SubscriptionInput
+) -> Subscription:
+    """Change what `data` names (None: unchanged). Enabling clears the disabled reason and the
+    failing streak; what failed meanwhile stays FAILED/EXPIRED until `subscription_recover`."""
+    with transaction.atomic():
+        subscription = _subscription(tenant_id, subscription_id)
+        if data.url is not None and subscription.kind != Subscription.Kind.WEBHOOK:
+            raise ValidationFailed({"url": ["Only webhook subscriptions have a URL."]})
+        if data.subject_template is not None and subscription.kind != Subscription.Kind.NATS:
+            raise ValidationFailed({"subjectTemplate": ["Only NATS subscriptions have a subject template."]})
+        for field in ("name", "url", "subject_template", "event_types"):
+            value = getattr(data, field)
+            if value is not None:
+                setattr(subscription, field, list(value) if field == "event_types" else value)
+        if data.enabled is not None and data.enabled != subscription.enabled:
+            subscription.enabled = data.enabled
+            if data.enabled:
+                subscription.disabled_reason = ""
+                subscription.failing_since = None
+            else:
+                subscription.disabled_reason = "disabled by a user"
+        subscription.updated_at = utcnow()
+        subscription.save()
+    return subscription
+
+
+def subscription_delete(*, tenant_id: str | None, subscription_id: uuid.UUID | str) -> None:
+    """Delete it with its notifications and attempts (nothing more is sent to it)."""
+    with transaction.atomic():
+        _subscription(tenant_id, subscription_id).delete()
+
+
+def subscription_rotate_secret(*, tenant_id: str | None, subscription_id: uuid.UUID | str) -> tuple[Subscription, str]:
+    """A new signing secret (returned once); the old one keeps signing for ROTATION_OVERLAP."""
+    with transaction.atomic():
+        subscription = _subscription(tenant_id, subscription_id)
+        if subscription.kind != Subscription.Kind.WEBHOOK:
+            raise ValidationFailed({"kind": ["Only webhook subscriptions have a signing secret."]})
+        secret = new_webhook_secret()
+        now = utcnow()
+        subscription.previous_secret = subscription.secret
+        subscription.previous_secret_until = now + ROTATION_OVERLAP
+        subscription.secret = seal_value(secret)
+        subscription.updated_at = now
+        subscription.save()
+    return subscription, secret
+
+
+def subscription_send_test(*, tenant_id: str | None, subscription_id: uuid.UUID | str) -> Notification:
+    """A `ServiceAgentPing` event for this subscription alone, delivered by the loop now."""
+    with transaction.atomic():
+        subscription = _subscription(tenant_id, subscription_id)
+        now = utcnow()
+        event_id, aggregate_id = new_id(), new_id()
+        envelope = {
+            "id": str(event_id),
+            "type": PING_TYPE,
+            "tenantId": subscription.tenant_id,
+            "aggregateId": str(aggregate_id),
+            "timestampMs": int(now.timestamp() * 1000),
+            "correlationId": str(event_id),
+            "causationId": None,
+            "payload": {"subscriptionId": str(subscription.subscription_id), "message": "A test event."},
+        }
+        return Notification.objects.create(
+            notification_id=new_id(),
+            subscription=subscription,
+            tenant_id=subscription.tenant_id or "",
+            event_id=event_id,
+            event_seq=0,
+            aggregate_id=aggregate_id,
+            event_type=PING_TYPE,
+            envelope=envelope,
+            event_created_at=now,
+            next_attempt_at=now,
+            manual=True,
+            created_at=now,
+            updated_at=now,
+        )
+
+
+def subscription_recover(*, tenant_id: str | None, subscription_id: uuid.UUID | str, since: datetime) -> int:
+    """Requeue its FAILED and EXPIRED notifications of events since `since`; returns how many."""
+    with transaction.atomic():
+        subscription = _subscription(tenant_id, subscription_id)
+        now = utcnow()
+        return Notification.objects.filter(
+            subscription=subscription,
+            state__in=[Notification.State.FAILED, Notification.State.EXPIRED],
+            event_created_at__gte=since,
+        ).update(
+            state=Notification.State.PENDING,
+            step=0,
+            next_attempt_at=now,
+            manual=True,
+            locked_until=None,
+            updated_at=now,
+        )
+
+
+def notification_resend(*, tenant_id: str | None, notification_id: uuid.UUID | str) -> Notification:
+    """Send one notification again now, whatever its state (its order rule still applies)."""
+    with transaction.atomic():
+        rows = Notification.objects.select_for_update().filter(pk=notification_id)
+        rows = (
+            rows.filter(subscription__tenant__isnull=True)
+            if tenant_id is None
+            else rows.filter(subscription__tenant_id=tenant_id)
+        )
+        notification = rows.first()
+        if notification is None:
+            raise NotFound(f"Delivery {notification_id} not found.")
+        now = utcnow()
+        notification.state = Notification.State.PENDING
+        notification.step = 0
+        notification.next_attempt_at = now
+        notification.manual = True
+        notification.locked_until = None
+        notification.updated_at = now
+        notification.save()
+    return notification
+
+
+def nats_subscription_ensure() -> Subscription | None:
+    """With NATS_URL set, the operator-wide NATS subscription for every event type (created when
+    missing; an operator may narrow or disable it in the admin, which is kept)."""
+    if not settings.NATS_URL:
+        return None
+    with transaction.atomic():
+        existing = Subscription.objects.filter(tenant__isnull=True, kind=Subscription.Kind.NATS).first()
+        if existing is not None:
+            return existing
+        now = utcnow()
+        return Subscription.objects.create(
+            subscription_id=new_id(),
+            tenant=None,
+            kind=Subscription.Kind.NATS,
+            name="NATS JetStream",
+            subject_template=settings.NATS_SUBJECT_TEMPLATE,
+            created_at=now,
+            updated_at=now,
+        )
+
+
+# --- Fan-out: events into notifications ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FanoutEvent:
+    envelope: dict[str, Any]
+    seq: int
+    created_at: datetime
+
+
+def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
+    """One notification per (event × matching enabled subscription): the event's tenant's and the
+    operator-wide ones, of a matching type, created at or before the event. Idempotent (the
+    pair is unique), so a redelivered event makes nothing twice. Returns how many were made."""
+    if not events:
+        return 0
+    tenants = {event.envelope["tenantId"] for event in events}
+    subscriptions = list(
+        Subscription.objects.filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True), enabled=True).only(
+            "subscription_id", "tenant_id", "event_types", "created_at"
+        )
+    )
+    if not subscriptions:
+        return 0
+    now = utcnow()
+    rows = [
+        Notification(
+            notification_id=new_id(),
+            subscription_id=subscription.subscription_id,
+            tenant_id=event.envelope["tenantId"],
+            event_id=event.envelope["id"],
+            event_seq=event.seq,
+            aggregate_id=event.envelope["aggregateId"],
+            event_type=event.envelope["type"],
+            envelope=event.envelope,
+            event_created_at=event.created_at,
+            next_attempt_at=now,
+            created_at=now,
+            updated_at=now,
+        )
+        for event in events
+        for subscription in subscriptions
+        if _matches(subscription, event)
+    ]
+    with transaction.atomic():
+        Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def _matches(subscription: Subscription, event: FanoutEvent) -> bool:
+    if subscription.tenant_id is not None and subscription.tenant_id != event.envelope["tenantId"]:
+        return False
+    if subscription.event_types and event.envelope["type"] not in subscription.event_types:
+        return False
+    return subscription.created_at <= event.created_at
+
+
+# --- The delivery loop's claims and outcomes ----------------------------------------------
+
+
+def notifications_claim(*, limit: int, now: datetime | None = None) -> list[Notification]:
+    """Claim due notifications of enabled subscriptions, at most `limit`, each the earliest open
+    one of its (subscription, call): a later event waits behind an earlier one that has neither
+    succeeded nor expired, and nothing else waits (docs/events.md, "Order")."""
+    now = now or utcnow()
+    with transaction.atomic():
+        due = list(
+            Notification.objects.filter(
+                Q(locked_until__isnull=True) | Q(locked_until__lte=now),
+                state__in=OPEN_STATES,
+                next_attempt_at__lte=now,
+                subscription__enabled=True,
+            )
+            .select_related("subscription")
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("next_attempt_at", "event_seq")[: limit * 2]
+        )
+        if not due:
+            return []
+        pairs = {(n.subscription_id, n.aggregate_id) for n in due}
+        earliest: dict[tuple, int] = {}
+        for sub_id, agg_id, seq in (
+            Notification.objects.filter(
+                state__in=OPEN_STATES,
+                subscription_id__in={p[0] for p in pairs},
+                aggregate_id__in={p[1] for p in pairs},
+            )
+            .order_by()
+            .values_list("subscription_id", "aggregate_id", "event_seq")
+        ):
+            key = (sub_id, agg_id)
+            earliest[key] = min(seq, earliest.get(key, seq))
+        claimed: list[Notification] = []
+        taken: set[tuple] = set()
+        for notification in due:
+            key = (notification.subscription_id, notification.aggregate_id)
+            if key in taken or notification.event_seq != earliest.get(key):
+                continue
+            taken.add(key)
+            claimed.append(notification)
+            if len(claimed) == limit:
+                break
+        if claimed:
+            Notification.objects.filter(pk__in=[n.pk for n in claimed]).update(locked_until=now + LEASE)
+    return claimed
+
+
+@dataclass(frozen=True)
+class SendResult:
+    """What one try gave: success, or an error (with a status for an HTTP answer)."""
+
+    succeeded: bool
+    started_at: datetime
+    latency_ms: int | None = None
+    status_code: int | None = None
+    response_snippet: str = ""
+    error: str = ""
+    # Seconds a 429/503 answer asked us to wait (Retry-After), if it said.
+    retry_after: float | None = None
+    # The receiver said it is gone for good (410): the subscription is disabled.
+    gone: bool = False
+
+
+def retry_delay(*, step: int, retry_after: float | None = None, jitter: random.Random | None = None) -> float | None:
+    """Seconds until the next try after the `step`-th failure (1-based), or None when the
+    schedule is used up. ±10 % jitter; a Retry-After is honoured up to twice the step."""
+    schedule = settings.EVENT_DELIVERY_SCHEDULE
+    if step > len(schedule):
+        return None
+    base = schedule[step - 1]
+    if retry_after is not None and retry_after > 0:
+        return min(retry_after, 2 * base)
+    return base * (jitter or random).uniform(0.9, 1.1)
+
+
+def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) -> None:
+    """Record the tries of claimed notifications and move each on: SUCCEEDED, FAILED with its
+    next try, or EXPIRED; keep each subscription's failing streak, and disable a subscription
+    that answered 410 or has failed for SUBSCRIPTION_DISABLE_AFTER."""
+    results = list(results)
+    if not results:
+        return
+    now = utcnow()
+    expiry = timedelta(seconds=settings.EVENT_DELIVERY_EXPIRY)
+    with transaction.atomic():
+        attempts = []
+        outcome_by_subscription: dict[uuid.UUID, list[SendResult]] = {}
+        for notification, result in results:
+            n = notification.attempts + 1
+            attempts.append(
+                DeliveryAttempt(
+                    notification_id=notification.pk,
+                    n=n,
+                    trigger=DeliveryAttempt.Trigger.MANUAL
+                    if notification.manual
+                    else DeliveryAttempt.Trigger.SCHEDULED,
+                    started_at=result.started_at,
+                    latency_ms=result.latency_ms,
+                    status_code=result.status_code,
+                    response_snippet=result.response_snippet[:1000],
+                    error=result.error[:1000],
+                )
+            )
+            changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
+            if result.succeeded:
+                changes.update(
+                    state=Notification.State.SUCCEEDED, delivered_at=now, next_attempt_at=None, last_error=""
+                )
+            else:
+                step = notification.step + 1
+                delay = retry_delay(step=step, retry_after=result.retry_after)
+                changes.update(step=step, last_error=result.error[:1000])
+                if delay is None or now - notification.event_created_at > expiry:
+                    changes.update(state=Notification.State.EXPIRED, next_attempt_at=None)
+                else:
+                    changes.update(state=Notification.State.FAILED, next_attempt_at=now + timedelta(seconds=delay))
+            Notification.objects.filter(pk=notification.pk).update(**changes)
+            outcome_by_subscription.setdefault(notification.subscription_id, []).append(result)
+        DeliveryAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
+        for subscription_id, outcomes in outcome_by_subscription.items():
+            _subscription_note(subscription_id, outcomes, now)
+
+
+def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], now: datetime) -> None:
+    rows = Subscription.objects.filter(pk=subscription_id)
+    if any(result.succeeded for result in outcomes):
+        rows.update(failing_since=None, last_success_at=now)
+        return
+    if any(result.gone for result in outcomes):
+        rows.filter(enabled=True).update(enabled=False, disabled_reason=GONE_REASON, updated_at=now)
+        _log_disabled(subscription_id, GONE_REASON)
+        return
+    rows.filter(failing_since__isnull=True).update(failing_since=now)
+    limit = now - timedelta(seconds=settings.SUBSCRIPTION_DISABLE_AFTER)
+    reason = f"every delivery failed for {_human(settings.SUBSCRIPTION_DISABLE_AFTER)}"
+    if rows.filter(enabled=True, failing_since__lte=limit).update(
+        enabled=False, disabled_reason=reason, updated_at=now
+    ):
+        _log_disabled(subscription_id, reason)
+
+
+def _log_disabled(subscription_id: uuid.UUID, reason: str) -> None:
+    import logging
+
+    logging.getLogger("serviceagent.delivery").warning(
+        "subscription disabled", extra={"subscriptionId": str(subscription_id), "reason": reason}
+    )
+
+
+def _human(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} seconds"
+
+
+def notifications_release(*, notifications: Sequence[Notification]) -> None:
+    """Give back claims that were not tried (the loop is stopping)."""
+    Notification.objects.filter(pk__in=[n.pk for n in notifications]).update(locked_until=None)

@@ -1,0 +1,113 @@
+"""Validation of subscription input, shared by the API, the dashboard, the admin and the
+commands: every mistake reported at once, nothing stored (docs/events.md)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import ValidationFailed
+from execution.targets import url_error
+from outbox.models import OutboxEvent
+
+MAX_NAME = 200
+# The event types a subscription may name: every call event (and the test ping, which is
+# always sent to the one subscription it tests).
+EVENT_TYPES = tuple(OutboxEvent.Type.values)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+
+
+@dataclass(frozen=True)
+class SubscriptionInput:
+    """What a create or an update gives; None leaves a field as it is (updates)."""
+
+    kind: str | None = None
+    name: str | None = None
+    url: str | None = None
+    subject_template: str | None = None
+    event_types: tuple[str, ...] | None = None
+    enabled: bool | None = None
+
+
+def validate_subscription(data: Any, *, partial: bool = False, operator: bool = False) -> SubscriptionInput:
+    """A create (`partial=False`) or an update. Tenants make webhooks only; an operator (the
+    admin, operator-wide subscriptions) may make NATS subscriptions too."""
+    if not isinstance(data, dict):
+        raise ValidationFailed({"body": ["Expected a JSON object."]})
+    allowed = {"kind", "name", "url", "eventTypes", "enabled"} | ({"subjectTemplate"} if operator else set())
+    errors: dict[str, list[str]] = {}
+
+    def error(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    for unknown in sorted(set(data) - allowed):
+        error(unknown if isinstance(unknown, str) and not _CONTROL.search(unknown) else "body", "Unknown field.")
+
+    kind = data.get("kind")
+    kinds = ("webhook", "nats") if operator else ("webhook",)
+    if kind is None and not partial:
+        kind = "webhook"
+    if kind is not None and (partial or kind not in kinds):
+        if partial:
+            error("kind", "The kind of a subscription cannot be changed.")
+        else:
+            error("kind", f"kind must be one of: {', '.join(kinds)}.")
+
+    name = data.get("name")
+    if name is not None or not partial:
+        if not isinstance(name, str) or not name.strip():
+            error("name", "A name is required.")
+        elif len(name.strip()) > MAX_NAME:
+            error("name", f"The name is longer than {MAX_NAME} characters.")
+        elif _CONTROL.search(name):
+            error("name", "The name must not contain control characters.")
+        else:
+            name = name.strip()
+
+    url = data.get("url")
+    if kind == "webhook" or (partial and url is not None):
+        problem = url_error(url)
+        if problem:
+            error("url", problem)
+    elif url not in (None, ""):
+        error("url", "Only webhook subscriptions have a URL.")
+
+    template = data.get("subjectTemplate")
+    if template is not None or (kind == "nats" and not partial):
+        from delivery.nats import validate_subject_template
+
+        problem = (
+            validate_subject_template(template) if isinstance(template, str) else "A subject template is a string."
+        )
+        if template is None:
+            template = None  # the default template applies
+        elif problem:
+            error("subjectTemplate", problem)
+
+    event_types = data.get("eventTypes")
+    if event_types is not None:
+        if not isinstance(event_types, list) or not all(isinstance(t, str) for t in event_types):
+            error("eventTypes", "eventTypes is a list of event type names.")
+            event_types = None
+        else:
+            unknown_types = [t for t in event_types if t not in EVENT_TYPES]
+            if unknown_types:
+                shown = ", ".join(repr(t[:40]) for t in unknown_types[:3])
+                error("eventTypes", f"Unknown event type {shown}; known: {', '.join(EVENT_TYPES)}.")
+            event_types = tuple(dict.fromkeys(event_types))
+
+    enabled = data.get("enabled")
+    if enabled is not None and not isinstance(enabled, bool):
+        error("enabled", "enabled is true or false.")
+
+    if errors:
+        raise ValidationFailed(errors)
+    return SubscriptionInput(
+        kind=kind,
+        name=name,
+        url=url,
+        subject_template=template,
+        event_types=event_types,
+        enabled=enabled,
+    )

@@ -1,0 +1,422 @@
+"""delivery/nats.py: subject templates (pure), and the JetStream publisher against a real NATS.
+
+The server tests (marker `nats`) skip where no NATS with JetStream answers at NATS_TEST_URL.
+Each one works on a stream of its own (SA_TEST_<hex>, subjects satest<hex>.>) and deletes it,
+so no real stream is ever touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.errors
+import pytest
+from nats.js import JetStreamContext
+
+from delivery.nats import (
+    DEFAULT_SUBJECT_TEMPLATE,
+    JetStreamError,
+    JetStreamPublisher,
+    subject_covers,
+    subject_for,
+    validate_subject_template,
+)
+from tests.support.waiting import wait_for
+
+NATS_TEST_URL = os.environ.get("NATS_TEST_URL", "nats://127.0.0.1:4222")
+
+ENVELOPE = {
+    "id": "0190c2a4-7b1e-7cc0-8a4e-000000000001",
+    "type": "ServiceCallSucceeded",
+    "tenantId": "acme-eu",
+    "aggregateId": "0190c2a4-7b1e-7cc0-8a4e-3f1d2b9c0d11",
+    "payload": {},
+}
+
+
+# --- subject templates (no server) ---------------------------------------------------------
+
+
+def test_the_default_template_gives_tenant_and_type():
+    assert subject_for(DEFAULT_SUBJECT_TEMPLATE, ENVELOPE) == "serviceagent.acme-eu.ServiceCallSucceeded"
+
+
+def test_it_fills_the_aggregate_id():
+    subject = subject_for("serviceagent.calls.{aggregateId}.{type}", ENVELOPE)
+    assert subject == "serviceagent.calls.0190c2a4-7b1e-7cc0-8a4e-3f1d2b9c0d11.ServiceCallSucceeded"
+
+
+def test_it_makes_each_value_one_safe_token():
+    envelope = {**ENVELOPE, "tenantId": "a.b *>", "type": ""}
+    assert subject_for(DEFAULT_SUBJECT_TEMPLATE, envelope) == "serviceagent.a_b___._"
+    assert subject_for(DEFAULT_SUBJECT_TEMPLATE, {"type": "X"}) == "serviceagent._.X"
+
+
+def test_it_refuses_an_unknown_placeholder():
+    with pytest.raises(ValueError, match=r"unknown placeholder \{tenant\}"):
+        subject_for("serviceagent.{tenant}", ENVELOPE)
+    with pytest.raises(ValueError, match="unknown placeholder"):
+        subject_for("serviceagent.{type.__class__}", ENVELOPE)
+
+
+def test_it_refuses_unbalanced_braces():
+    with pytest.raises(ValueError, match="unbalanced"):
+        subject_for("serviceagent.{type", ENVELOPE)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        DEFAULT_SUBJECT_TEMPLATE,
+        "serviceagent.{type}",
+        "serviceagent.prod.{tenantId}.{type}.{aggregateId}",
+        "serviceagent.t-{tenantId}",
+    ],
+)
+def test_it_accepts_templates_under_the_stream(template):
+    assert validate_subject_template(template) is None
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("", "1 to 200 characters"),
+        ("serviceagent." + "x" * 200, "1 to 200 characters"),
+        ("serviceagent.{tenant}", "unknown placeholder {tenant}"),
+        ("serviceagent.{type", "unbalanced"),
+        ("serviceagent..{type}", "invalid"),
+        ("serviceagent.{type}.", "invalid"),
+        ("serviceagent.*", "invalid"),
+        ("serviceagent.>", "invalid"),
+        ("serviceagent.my events", "invalid"),
+        ("serviceagent", "outside the stream's subjects (serviceagent.>)"),
+        ("other.{tenantId}.{type}", "outside the stream's subjects"),
+        ("{tenantId}.{type}", "outside the stream's subjects"),
+    ],
+)
+def test_it_refuses_bad_templates(template, message):
+    assert message in validate_subject_template(template)
+
+
+def test_it_checks_templates_against_other_stream_subjects():
+    assert validate_subject_template("events.{type}", stream_subjects=["events.>"]) is None
+    assert "outside" in validate_subject_template(DEFAULT_SUBJECT_TEMPLATE, stream_subjects=["events.>"])
+
+
+@pytest.mark.parametrize(
+    ("pattern", "subject", "covered"),
+    [
+        ("serviceagent.>", "serviceagent.>", True),
+        ("serviceagent.>", "serviceagent.acme.*", True),
+        ("serviceagent.>", "serviceagent", False),
+        (">", "serviceagent.>", True),
+        ("serviceagent.*", "serviceagent.acme", True),
+        ("serviceagent.*", "serviceagent.>", False),
+        ("serviceagent.*", "serviceagent.acme.Type", False),
+        ("serviceagent.acme.>", "serviceagent.>", False),
+        ("serviceagent.acme", "serviceagent.acme", True),
+    ],
+)
+def test_subject_covers(pattern, subject, covered):
+    assert subject_covers(pattern, subject) is covered
+
+
+# --- the publisher against a real NATS -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    prefix: str
+
+
+def run_js(action: Callable[[JetStreamContext], Any]) -> Any:
+    """Run `action(js)` on a connection of its own: the test's independent view of the server."""
+
+    async def main() -> Any:
+        nc = await nats.connect(NATS_TEST_URL, allow_reconnect=False)
+        try:
+            return await action(nc.jetstream())
+        finally:
+            await nc.close()
+
+    # On a thread of its own: the browser tests' Playwright leaves a loop running on this one.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, main()).result(30)
+
+
+def stream_messages(stream: str) -> list:
+    """Every message in the stream, read once through an ephemeral pull consumer."""
+
+    async def read(js: JetStreamContext) -> list:
+        info = await js.stream_info(stream)
+        sub = await js.pull_subscribe(">", stream=stream)
+        messages = []
+        while len(messages) < info.state.messages:
+            for msg in await sub.fetch(batch=100, timeout=2):
+                await msg.ack()
+                messages.append(msg)
+        try:
+            extra = await sub.fetch(batch=1, timeout=0.3)
+        except nats.errors.TimeoutError:
+            extra = []
+        return messages + extra
+
+    return run_js(read)
+
+
+@pytest.fixture
+def stream() -> Iterator[Stream]:
+    suffix = secrets.token_hex(4)
+    yield Stream(name=f"SA_TEST_{suffix.upper()}", prefix=f"satest{suffix}")
+
+    async def delete(js: JetStreamContext) -> None:
+        try:
+            await js.delete_stream(f"SA_TEST_{suffix.upper()}")
+        except nats.js.errors.NotFoundError:
+            pass
+
+    run_js(delete)
+
+
+@pytest.fixture
+def publisher(stream: Stream) -> Iterator[JetStreamPublisher]:
+    running = JetStreamPublisher(url=NATS_TEST_URL, stream=stream.name, subjects=[f"{stream.prefix}.>"])
+    yield running
+    running.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.nats
+def test_ensure_stream_creates_it_with_the_duplicate_window_and_twice_is_harmless(publisher, stream):
+    assert publisher.ensure_stream() == "created"
+    assert publisher.ensure_stream() == "exists"
+
+    info = run_js(lambda js: js.stream_info(stream.name))
+    assert info.config.subjects == [f"{stream.prefix}.>"]
+    assert info.config.duplicate_window == 600
+
+
+@pytest.mark.nats
+def test_ensure_stream_adds_our_subjects_to_an_existing_stream_and_keeps_its_settings(stream):
+    run_js(lambda js: js.add_stream(name=stream.name, subjects=[f"{stream.prefix}.other"], max_msgs=1000))
+    publisher = JetStreamPublisher(url=NATS_TEST_URL, stream=stream.name, subjects=[f"{stream.prefix}.events.>"])
+    try:
+        assert publisher.ensure_stream() == "updated"
+        assert publisher.ensure_stream() == "exists"
+    finally:
+        publisher.close()
+
+    info = run_js(lambda js: js.stream_info(stream.name))
+    assert info.config.subjects == [f"{stream.prefix}.other", f"{stream.prefix}.events.>"]
+    assert info.config.max_msgs == 1000
+
+
+@pytest.mark.nats
+def test_ensure_stream_leaves_a_stream_whose_subjects_cover_ours_alone(stream):
+    run_js(lambda js: js.add_stream(name=stream.name, subjects=[f"{stream.prefix}.>"], duplicate_window=900))
+    publisher = JetStreamPublisher(url=NATS_TEST_URL, stream=stream.name, subjects=[f"{stream.prefix}.a.*"])
+    try:
+        assert publisher.ensure_stream() == "exists"
+    finally:
+        publisher.close()
+
+    info = run_js(lambda js: js.stream_info(stream.name))
+    assert info.config.subjects == [f"{stream.prefix}.>"]
+    assert info.config.duplicate_window == 900
+
+
+@pytest.mark.nats
+def test_publish_returns_an_ack_with_increasing_seq(publisher, stream):
+    publisher.ensure_stream()
+    acks = [
+        publisher.publish(subject=f"{stream.prefix}.acme.Type", payload=b"{}", msg_id=f"event-{n}") for n in range(3)
+    ]
+    assert [(ack.stream, ack.seq, ack.duplicate) for ack in acks] == [
+        (stream.name, 1, False),
+        (stream.name, 2, False),
+        (stream.name, 3, False),
+    ]
+
+
+@pytest.mark.nats
+def test_the_same_msg_id_is_stored_once(publisher, stream):
+    publisher.ensure_stream()
+    subject = f"{stream.prefix}.acme.Type"
+    first = publisher.publish(subject=subject, payload=b"one", msg_id="event-1")
+    again = publisher.publish(subject=subject, payload=b"one", msg_id="event-1")
+
+    assert (first.seq, first.duplicate) == (1, False)
+    assert (again.seq, again.duplicate) == (1, True)
+    assert len(stream_messages(stream.name)) == 1
+
+
+@pytest.mark.nats
+def test_a_consumer_sees_each_message_once_with_its_msg_id_and_exact_payload(publisher, stream):
+    publisher.ensure_stream()
+    sent = {f"event-{n}": f'{{"n":{n},"text":"caf\u00e9 \u2603"}}'.encode() + bytes([0, 255, n]) for n in range(5)}
+    for msg_id, payload in sent.items():
+        publisher.publish(subject=f"{stream.prefix}.acme.Type", payload=payload, msg_id=msg_id)
+    publisher.publish(subject=f"{stream.prefix}.acme.Type", payload=sent["event-2"], msg_id="event-2")
+
+    received = stream_messages(stream.name)
+    assert [(msg.headers["Nats-Msg-Id"], msg.data) for msg in received] == list(sent.items())
+    assert {msg.subject for msg in received} == {f"{stream.prefix}.acme.Type"}
+
+
+@pytest.mark.nats
+def test_eight_threads_publishing_at_once_all_get_acks(publisher, stream):
+    publisher.ensure_stream()
+    acks, errors, lock = [], [], threading.Lock()
+
+    def work(thread: int) -> None:
+        for n in range(25):
+            try:
+                ack = publisher.publish(
+                    subject=f"{stream.prefix}.t{thread}.Type", payload=f"{thread}:{n}".encode(), msg_id=f"{thread}-{n}"
+                )
+            except Exception as error:
+                with lock:
+                    errors.append(error)
+            else:
+                with lock:
+                    acks.append(ack)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert errors == []
+    assert len(acks) == 200
+    assert sorted(ack.seq for ack in acks) == list(range(1, 201))
+    assert not any(ack.duplicate for ack in acks)
+    received = stream_messages(stream.name)
+    assert sorted(msg.headers["Nats-Msg-Id"] for msg in received) == sorted(
+        f"{t}-{n}" for t in range(8) for n in range(25)
+    )
+
+
+@pytest.mark.nats
+def test_it_refuses_a_subject_outside_the_stream(publisher, stream):
+    publisher.ensure_stream()
+    started = time.monotonic()
+    with pytest.raises(JetStreamError, match=r"no stream takes subject 'elsewhere\.acme\.Type'.*no responders"):
+        publisher.publish(subject="elsewhere.acme.Type", payload=b"{}", msg_id="event-1")
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.nats
+def test_it_raises_within_the_timeout_when_nats_is_unreachable(stream):
+    publisher = JetStreamPublisher(url=f"nats://127.0.0.1:{free_port()}", stream=stream.name, timeout_s=1.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(JetStreamError, match=r"no answer from NATS at nats://127\.0\.0\.1:\d+ within 1\.0s"):
+            publisher.publish(subject="serviceagent.acme.Type", payload=b"{}", msg_id="event-1")
+        assert time.monotonic() - started < 2.5
+        with pytest.raises(JetStreamError, match="no answer"):
+            publisher.ensure_stream()
+    finally:
+        started = time.monotonic()
+        publisher.close()
+        assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.nats
+def test_it_refuses_calls_after_close(publisher, stream):
+    publisher.ensure_stream()
+    publisher.close()
+    with pytest.raises(JetStreamError, match="closed"):
+        publisher.publish(subject=f"{stream.prefix}.acme.Type", payload=b"{}", msg_id="event-1")
+
+
+def test_it_refuses_a_short_duplicate_window_and_a_bad_stream_name():
+    with pytest.raises(ValueError, match="at least 600s"):
+        JetStreamPublisher(url=NATS_TEST_URL, duplicate_window_s=60)
+    with pytest.raises(ValueError, match="invalid stream name"):
+        JetStreamPublisher(url=NATS_TEST_URL, stream="SERVICE.AGENT")
+
+
+NATS_SERVER = shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/local/sbin")
+
+
+class PrivateNats:
+    """A nats-server of this test's own on a free port, to stop and start at will."""
+
+    def __init__(self, store: str) -> None:
+        self.port, self.store = free_port(), store
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        command = [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: _listening(self.port), timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(NATS_SERVER is None, reason="needs the nats-server binary (Debian package nats-server)")
+def test_it_connects_when_nats_comes_up_and_reconnects_after_a_restart(tmp_path):
+    server = PrivateNats(str(tmp_path))
+    publisher = JetStreamPublisher(url=f"nats://127.0.0.1:{server.port}", timeout_s=1.0)
+
+    def publish(msg_id: str):
+        try:
+            return publisher.publish(subject="serviceagent.acme.Type", payload=b"{}", msg_id=msg_id)
+        except JetStreamError:
+            return None
+
+    try:
+        assert publish("event-1") is None  # nothing listens yet
+        server.start()
+        wait_for(lambda: _ensured(publisher), timeout=10)
+        assert publish("event-1").seq == 1
+
+        server.stop()
+        started = time.monotonic()
+        assert publish("event-2") is None
+        assert time.monotonic() - started < 2.5
+
+        server.start()  # the same store: the stream and its message survive
+        ack = wait_for(lambda: publish("event-3"), timeout=10)
+        assert not ack.duplicate
+    finally:
+        publisher.close()
+        server.stop()
+
+
+def _ensured(publisher: JetStreamPublisher) -> bool:
+    try:
+        return publisher.ensure_stream() in ("created", "exists")
+    except JetStreamError:
+        return False
