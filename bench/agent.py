@@ -1,4 +1,5 @@
-"""The agent's side: its workers (`manage.py qcluster`), timer lateness, drain, outbox lag.
+"""The agent's side: its workers (`manage.py qcluster`), timer lateness, drain, outbox lag,
+and the delivery of the drain's events to subscribers (two webhook receivers, NATS).
 
 Runs in the bench process after django.setup(); calls are submitted through the same service
 the API uses (orchestration.services.service_call_submit), outcomes are read back from the DB.
@@ -6,13 +7,19 @@ the API uses (orchestration.services.service_call_submit), outcomes are read bac
 
 from __future__ import annotations
 
+import asyncio
+import json
 import random
+import secrets
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
 
-from bench.common import PYTHON, Child, Children, log, summary_ms, wait_until
+from bench.common import PYTHON, ROOT, Child, Children, log, summary_ms, wait_until
 
 LATENESS_TENANT = "bench-lateness"
 DRAIN_TENANT = "bench-drain"
@@ -161,23 +168,34 @@ def lateness(
     }
 
 
-def drain(*, url: str, count: int, lead: float, window: Window = nullcontext) -> dict:
-    """`count` calls due at one instant; rate to all terminal and to all bookkeeping done."""
+def drain(*, url: str, count: int, lead: float, window: Window = nullcontext, delivery: Delivery | None = None) -> dict:
+    """`count` calls due at one instant; rate to all terminal and to all bookkeeping done.
+
+    With `delivery`, its subscriptions for the drain's tenant are made after the submissions
+    and before the due instant, so they receive exactly the burst's events (Running and
+    Succeeded/Failed); the window then also waits for every delivery to succeed."""
     from execution.models import HttpExecution
     from orchestration.models import ServiceCall
     from outbox.models import OutboxEvent
 
     ensure_tenant(DRAIN_TENANT)
+    if delivery is not None:
+        delivery.make_stream()
     # The due instant must come after the last submission, whatever this machine's speed.
     lead = lead_for(count, submit_ms_per_call(url), lead)
     due = round(time.time() + lead, 3)
     log(f"agent drain: submitting {count} calls all due at +{lead:.1f}s")
     submit = _submit(DRAIN_TENANT, url, [due] * count, "drain")
     log(f"agent drain: submitted in {submit['seconds']:.1f}s; waiting")
+    if delivery is not None:
+        delivery.subscribe(DRAIN_TENANT)
+        if time.time() > due:
+            log("agent drain: the subscriptions were made after the due instant; some events miss them")
     _sleep_until(due - WINDOW_MARGIN)
     with window():
         finished = _wait_terminal(DRAIN_TENANT, count, timeout=max(0.0, due - time.time()) + 120)
         published = _wait_published(DRAIN_TENANT, timeout=60)
+        delivered = delivery.wait_delivered(timeout=DELIVERY_TIMEOUT) if delivery is not None else None
     calls = ServiceCall.objects.filter(tenant_id=DRAIN_TENANT)
     due_at = datetime.fromtimestamp(due, UTC)
     last_finished = max(calls.exclude(finished_at=None).values_list("finished_at", flat=True))
@@ -196,7 +214,7 @@ def drain(*, url: str, count: int, lead: float, window: Window = nullcontext) ->
     all_lags = [(p - c).total_seconds() for _, c, p in events if p is not None]
     to_terminal = (last_finished - due_at).total_seconds()
     bookkeeping = (max([last_finished, last_logged, *published_times]) - due_at).total_seconds()
-    return {
+    result = {
         "calls": count,
         "terminal": finished,
         "all_published": published,
@@ -214,6 +232,10 @@ def drain(*, url: str, count: int, lead: float, window: Window = nullcontext) ->
         "outbox_lag_ms": summary_ms(after_due),
         "outbox_lag_all_ms": summary_ms(all_lags),
     }
+    if delivery is not None:
+        result["delivery"] = {**delivery.measure(DRAIN_TENANT), "all_succeeded_in_db": delivered}
+        delivery.finish()
+    return result
 
 
 def bare_requests(*, url: str, count: int) -> dict:
@@ -228,3 +250,326 @@ def bare_requests(*, url: str, count: int) -> dict:
             session.get(url, timeout=5).content  # noqa: B018
         elapsed = time.perf_counter() - started
     return {"requests": count, "seconds": elapsed, "rate": count / elapsed}
+
+
+# --- Event delivery during the drain ----------------------------------------------------------
+
+WEBHOOK_RECEIVERS = 2
+# After the drain's events are published, how long the window waits for every delivery.
+DELIVERY_TIMEOUT = 60.0
+# How long the drain waits for another stream on the same NATS server to free the agent's
+# subjects (serviceagent.>: one stream at a time may take them) before it skips NATS.
+NATS_STREAM_WAIT = 20.0
+
+
+def nats_unreachable_reason(url: str) -> str | None:
+    """Why no NATS server with JetStream answers at url (read from its INFO line), or None."""
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=1) as sock:
+            sock.settimeout(1)
+            line = sock.makefile("rb").readline(64 * 1024)
+    except OSError as exc:
+        return f"no NATS server at {url} ({exc}; BENCH_NATS_URL sets another)"
+    try:
+        info = json.loads(line[5:]) if line.startswith(b"INFO ") else None
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        return f"{url} does not answer as a NATS server"
+    if not info.get("jetstream"):
+        return f"NATS at {url} runs without JetStream (nats-server -js)"
+    return None
+
+
+def _on_nats(url: str, action: Callable[[Any], Awaitable[Any]]) -> Any:
+    """`action(js)` on a connection of its own, bounded in time."""
+    import nats
+
+    async def main() -> Any:
+        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=5)
+        try:
+            return await asyncio.wait_for(action(nc.jetstream(timeout=5)), 120)
+        finally:
+            await nc.close()
+
+    return asyncio.run(main())
+
+
+class Delivery:
+    """The event delivery rows: two webhook receivers (bench/receiver.py, a process each) and,
+    when NATS answers, a throwaway JetStream stream; the subscriptions of the drain's tenant,
+    made just before its burst; what each subscriber received, read back at the end.
+
+    Lag = receive time - the event's outbox created_at (the envelope's timestampMs): a
+    receiver's time.time() once it has read the body; for NATS, the time the stream stored the
+    message (JetStream message metadata). Everything runs on this machine, one clock."""
+
+    def __init__(self, children: Children, env: dict[str, str], nats_url: str) -> None:
+        self.children = children
+        self.env = env
+        self.nats_url = nats_url
+        self.receivers: list[tuple[Child, str]] = []
+        suffix = secrets.token_hex(4)
+        self.stream = f"BENCH_{suffix.upper()}"
+        self.prefix = f"serviceagent.bench{suffix}"  # inside the agent's stream subjects
+        self.template = self.prefix + ".{tenantId}.{type}"
+        self.nats_skipped = nats_unreachable_reason(nats_url)
+        self.stream_made = False
+        self.subscriptions: dict[str, Any] = {}  # subscriber name -> Subscription
+        self.since: datetime | None = None
+
+    def start(self) -> dict[str, str]:
+        """Start the receivers; returns the qcluster's extra environment (NATS, when it answers)."""
+        from delivery.services import subscription_create
+        from delivery.validation import validate_subscription
+
+        for n in range(1, WEBHOOK_RECEIVERS + 1):
+            child = self.children.start(
+                f"receiver-{n}", [PYTHON, str(ROOT / "bench" / "receiver.py")], env=self.env, stdout_pipe=True
+            )
+            port = int(child.proc.stdout.readline().strip())
+            self.receivers.append((child, f"http://127.0.0.1:{port}"))
+        if self.nats_skipped:
+            return {}
+        # With NATS_URL set, each engine keeps an operator-wide NATS subscription for every
+        # tenant's events (made enabled at start when missing). Made here disabled, so the
+        # lateness and submission phases publish nothing; the burst has a subscription of its own.
+        subscription_create(
+            tenant_id=None,
+            data=validate_subscription(
+                {
+                    "kind": "nats",
+                    "name": "NATS JetStream (off: the bench subscribes the drain's tenant only)",
+                    "subjectTemplate": self.template,
+                    "enabled": False,
+                },
+                operator=True,
+            ),
+        )
+        return {"NATS_URL": self.nats_url, "NATS_STREAM": self.stream, "NATS_SUBJECT_TEMPLATE": self.template}
+
+    def make_stream(self, *, wait: float = NATS_STREAM_WAIT) -> None:
+        """The stream as the engine ensures it (subjects serviceagent.>, duplicate window 10 min),
+        made by the bench so that the bench deletes it. While another stream takes those subjects
+        (another run on the same server) it waits up to `wait`, then skips NATS."""
+        if self.nats_skipped or self.stream_made:
+            return
+        import nats.js.errors
+        from nats.js.api import StreamConfig
+
+        from delivery.nats import DEFAULT_STREAM_SUBJECTS, MIN_DUPLICATE_WINDOW_S, subject_covers
+
+        async def create(js: Any) -> str | None:
+            config = StreamConfig(
+                name=self.stream, subjects=list(DEFAULT_STREAM_SUBJECTS), duplicate_window=MIN_DUPLICATE_WINDOW_S
+            )
+            try:
+                await js.add_stream(config)
+                return None
+            except nats.js.errors.APIError as exc:
+                taking = [
+                    info.config.name
+                    for info in await js.streams_info()
+                    if any(
+                        subject_covers(mine, theirs) or subject_covers(theirs, mine)
+                        for mine in DEFAULT_STREAM_SUBJECTS
+                        for theirs in info.config.subjects or []
+                    )
+                ]
+                return f"{exc.description}" + (f" (stream {', '.join(taking)})" if taking else "")
+
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                problem = _on_nats(self.nats_url, create)
+            except Exception as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem is None:
+                self.stream_made = True
+                log(f"delivery: NATS stream {self.stream} made, subjects {', '.join(DEFAULT_STREAM_SUBJECTS)}")
+                return
+            if time.monotonic() >= deadline:
+                self.nats_skipped = (
+                    f"the agent's stream ({', '.join(DEFAULT_STREAM_SUBJECTS)}) could not be made on NATS at "
+                    f"{self.nats_url} within {wait:.0f}s: {problem}"
+                )
+                log(f"delivery: NATS skipped: {self.nats_skipped}")
+                return
+            log(f"delivery: NATS stream not made yet ({problem}); waiting up to {wait:.0f}s")
+            time.sleep(2.0)
+
+    def subscribe(self, tenant_id: str) -> None:
+        """The burst's subscriptions for `tenant_id`: the two webhooks, and NATS when its stream
+        is made. A test event to each warms its connection (not counted: another event id)."""
+        from delivery.services import subscription_create, subscription_send_test
+        from delivery.validation import validate_subscription
+
+        for n, (_, url) in enumerate(self.receivers, 1):
+            data = validate_subscription({"name": f"bench receiver {n}", "url": f"{url}/hook"})
+            self.subscriptions[f"webhook-{n}"], _ = subscription_create(tenant_id=tenant_id, data=data)
+        if self.stream_made:
+            data = validate_subscription(
+                {"kind": "nats", "name": "bench NATS", "subjectTemplate": self.template}, operator=True
+            )
+            self.subscriptions["nats"], _ = subscription_create(tenant_id=tenant_id, data=data)
+        self.since = max(subscription.created_at for subscription in self.subscriptions.values())
+        for subscription in self.subscriptions.values():
+            subscription_send_test(tenant_id=tenant_id, subscription_id=subscription.subscription_id)
+        log(f"delivery: subscribed {', '.join(self.subscriptions)} to {tenant_id}")
+
+    def _ids(self) -> list[Any]:
+        return [subscription.subscription_id for subscription in self.subscriptions.values()]
+
+    def wait_delivered(self, *, timeout: float) -> bool:
+        """Until no notification of these subscriptions is open (the events are fanned out
+        when they are published, so call this after those are)."""
+        from delivery.models import Notification
+        from delivery.selectors import OPEN_STATES
+
+        ids = self._ids()
+        return bool(
+            wait_until(
+                lambda: not Notification.objects.filter(subscription_id__in=ids, state__in=OPEN_STATES).exists(),
+                timeout=timeout,
+                interval=0.05,
+            )
+        )
+
+    def _webhook_records(self, url: str) -> list[tuple[str, float]]:
+        import requests
+
+        with requests.Session() as session:
+            session.trust_env = False
+            answer = session.get(f"{url}/records", timeout=30)
+            answer.raise_for_status()
+            return [(event_id, at) for event_id, at in answer.json()["records"]]
+
+    def _stream_records(self) -> list[tuple[str, float]]:
+        """(Nats-Msg-Id, stored at) of every message under the bench's subject prefix."""
+        import nats.errors
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        async def read(js: Any) -> list[tuple[str, float]]:
+            config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL)
+            sub = await js.pull_subscribe(f"{self.prefix}.>", stream=self.stream, config=config)
+            records = []
+            try:
+                while True:
+                    try:
+                        messages = await sub.fetch(batch=1000, timeout=2)
+                    except (TimeoutError, nats.errors.TimeoutError):
+                        break
+                    for msg in messages:
+                        msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
+                        records.append((msg_id, msg.metadata.timestamp.timestamp()))
+                    if not messages or messages[-1].metadata.num_pending == 0:
+                        break
+            finally:
+                await sub.unsubscribe()
+            return records
+
+        return _on_nats(self.nats_url, read)
+
+    def measure(self, tenant_id: str) -> dict:
+        """Per subscriber and per kind: deliveries of the burst's events, lag, what is missing."""
+        from django.db.models import Count, Sum
+
+        from delivery.models import Notification
+        from delivery.services import PING_TYPE
+        from outbox.models import OutboxEvent
+
+        created = {
+            str(event_id): at.timestamp()
+            for event_id, at in OutboxEvent.objects.filter(tenant_id=tenant_id, created_at__gte=self.since).values_list(
+                "event_id", "created_at"
+            )
+        }
+        records = {f"webhook-{n}": self._webhook_records(url) for n, (_, url) in enumerate(self.receivers, 1)}
+        if "nats" in self.subscriptions:
+            records["nats"] = self._stream_records()
+        first: dict[str, dict[str, float]] = {}
+        per_subscriber = {}
+        for name, arrivals in records.items():
+            got = first[name] = {}
+            for event_id, at in arrivals:
+                if event_id in created and at < got.get(event_id, float("inf")):
+                    got[event_id] = at
+            lags = [at - created[event_id] for event_id, at in got.items()]
+            per_subscriber[name] = {
+                "received": len(got),
+                "tries_received": sum(1 for event_id, _ in arrivals if event_id in created),
+                "missing": len(created) - len(got),
+                "lag_ms": summary_ms(lags),
+            }
+        start = min(created.values(), default=None)
+
+        def kind(names: list[str]) -> dict | None:
+            names = [name for name in names if name in first]
+            if not names:
+                return None
+            times = [at for name in names for at in first[name].values()]
+            lags = [at - created[event_id] for name in names for event_id, at in first[name].items()]
+            seconds = max(times) - start if times and start is not None else None
+            return {
+                "subscribers": names,
+                "deliveries": len(times),
+                "missing": sum(per_subscriber[name]["missing"] for name in names),
+                "lag_ms": summary_ms(lags),
+                "first_created_to_last_received_s": seconds,
+                "rate": len(times) / seconds if seconds else None,
+            }
+
+        notifications = Notification.objects.filter(subscription_id__in=self._ids()).exclude(event_type=PING_TYPE)
+        states = {row["state"]: row["n"] for row in notifications.order_by().values("state").annotate(n=Count("pk"))}
+        return {
+            "events": len(created),
+            "subscribers": list(records),
+            "expected": len(created) * len(records),
+            "missing": sum(part["missing"] for part in per_subscriber.values()),
+            "webhooks": kind([name for name in records if name.startswith("webhook")]),
+            "nats": kind(["nats"]),
+            "per_subscriber": per_subscriber,
+            "notifications": states,
+            "tries": notifications.aggregate(n=Sum("attempts"))["n"],
+            "retried": notifications.filter(attempts__gt=1).count(),
+            "nats_stream": self.stream if "nats" in records else None,
+        }
+
+    def finish(self) -> None:
+        """After the measurement: the bench's subscriptions off, the stream deleted."""
+        from delivery.services import subscription_update
+        from delivery.validation import SubscriptionInput
+
+        for subscription in self.subscriptions.values():
+            subscription_update(
+                tenant_id=subscription.tenant_id,
+                subscription_id=subscription.subscription_id,
+                data=SubscriptionInput(enabled=False),
+            )
+        self.delete_stream()
+
+    def delete_stream(self) -> None:
+        if not self.stream_made:
+            return
+        import nats.js.errors
+
+        async def delete(js: Any) -> None:
+            try:
+                await js.delete_stream(self.stream)
+            except nats.js.errors.NotFoundError:
+                pass
+
+        try:
+            _on_nats(self.nats_url, delete)
+            self.stream_made = False
+            log(f"delivery: NATS stream {self.stream} deleted")
+        except Exception as exc:
+            log(f"delivery: could not delete the NATS stream {self.stream}: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        """Delete the stream if it is still there; stop the receivers (idempotent)."""
+        self.delete_stream()
+        for child, _ in self.receivers:
+            self.children.stop(child)
+        self.receivers = []

@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 _RUN_SECRET_KEY = secrets.token_urlsafe(50)
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+# Optional: the event delivery rows' NATS part runs when a NATS server with JetStream answers here.
+NATS_URL = os.environ.get("BENCH_NATS_URL", "nats://127.0.0.1:4222")
 
 
 def log(message: str) -> None:

@@ -4,8 +4,9 @@
 
 Sets itself up in a fresh temporary DATA_DIR (SQLite), starts a local HTTP target, then each
 system in turn (the agent's `manage.py qcluster`, a Celery worker on Redis, a stock django-q2
-cluster), one at a time, and prints one table. Results also go to bench/results/. See
-bench/README.md for how to read them.
+cluster), one at a time, and prints one table. The agent's drain also delivers its events to
+two webhook receivers (bench/receiver.py) and, when it answers at BENCH_NATS_URL, NATS
+JetStream. Results also go to bench/results/. See bench/README.md for how to read them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import agent, peers, submission  # noqa: E402
 from bench.common import (  # noqa: E402
+    NATS_URL,
     PYTHON,
     ROOT,
     Child,
@@ -135,6 +137,7 @@ class Run:
         self.target_url = ""
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.used_redis = False
+        self.delivery: agent.Delivery | None = None
 
     # -- phases -----------------------------------------------------------------------------
     def phase(self, name: str, body: Callable[[], None]) -> None:
@@ -191,8 +194,22 @@ class Run:
             self.results["agent"].setdefault("cpu_seconds", {})[name] = cpu_seconds(pids) - cpu_before
 
     def agent_phase(self) -> None:
+        try:
+            env = self.env
+            if "drain" in self.only:
+                # The drain's events go to two webhook receivers and, when it answers, NATS.
+                self.delivery = agent.Delivery(self.children, self.env, NATS_URL)
+                env = {**self.env, **self.delivery.start()}
+            self.agent_workers(env)
+        finally:
+            if self.delivery is not None:
+                if self.delivery.nats_skipped:
+                    self.results["skipped"]["nats"] = self.delivery.nats_skipped
+                self.delivery.close()
+
+    def agent_workers(self, env: dict[str, str]) -> None:
         s = self.sizes
-        workers = agent.start_workers(self.children, self.env)
+        workers = agent.start_workers(self.children, env)
         try:
             if "lateness" in self.only:
                 self.results["agent"]["lateness"] = agent.lateness(
@@ -208,6 +225,7 @@ class Run:
                     count=s["drain"],
                     lead=s["drain_lead"],
                     window=lambda: self.profiled("drain", workers),
+                    delivery=self.delivery,
                 )
             if "submission" in self.only:
                 with self.profiled("submission", workers):
@@ -313,6 +331,8 @@ class Run:
             self.phase("list", self.list_phase)
 
     def close(self) -> None:
+        if self.delivery is not None:
+            self.delivery.close()  # the NATS stream, if an interruption left it
         self.children.stop_all()
         if self.used_redis:
             try:
@@ -432,6 +452,25 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         lag99 = get(a, "drain", "outbox_lag_ms", "p99")
         add("outbox lag p50 (ms)", get(a, "drain", "outbox_lag_ms", "p50"))
         add("outbox lag p99 (ms)", lag99, target=verdict(None if lag99 is None else lag99 <= 1000, "≤ 1000 ms"))
+        delivery = get(a, "drain", "delivery")
+        if delivery:
+            add("delivery: burst events × subscribers (n)", f"{delivery['events']} × {len(delivery['subscribers'])}")
+            for key, label in (("webhooks", "webhooks"), ("nats", "NATS")):
+                p50, p99 = get(delivery, key, "lag_ms", "p50"), get(delivery, key, "lag_ms", "p99")
+                measured = p99 is not None and not math.isnan(p99)
+                add(
+                    f"delivery lag p50 / p99, {label} (ms)",
+                    f"{fmt(p50)} / {fmt(p99)}" if measured else None,
+                    target=verdict(p99 <= 1000 if measured else None, "p99 ≤ 1,000 ms"),
+                )
+            add("deliveries per second, webhooks (/s)", get(delivery, "webhooks", "rate"), digits=0)
+            missing = delivery["missing"]
+            scope = "" if delivery.get("nats") else " (webhooks only)"
+            add(
+                "every event reached every subscriber",
+                ("yes" if missing == 0 else f"NO ({missing:,} missing)") + scope,
+                target=verdict(missing == 0, "all of them"),
+            )
     if a.get("submission"):
         rate = get(a, "submission", "rate")
         add(
@@ -506,6 +545,14 @@ def render(results: dict) -> str:
             "django-q2 lateness: when its no-op task ran (Task.stopped) - due; Task.started is set "
             "when its scheduler enqueues the task"
         )
+    delivery = get(results, "agent", "drain", "delivery")
+    if delivery:
+        notes.append(
+            f"delivery: the drain ran with {', '.join(delivery['subscribers'])} subscribed to its tenant "
+            f"(made after the submissions, before the due instant), so its events are the burst's "
+            f"(Running, Succeeded/Failed); lag = received - outbox created_at; the drain rows include "
+            f"this work, not comparable with runs before delivery"
+        )
     for name, reason in results["skipped"].items():
         notes.append(f"skipped {name}: {reason}")
     for name, error in results["errors"].items():
@@ -533,7 +580,7 @@ def main() -> int:
     parser.add_argument(
         "--only",
         default=",".join(METRICS),
-        help=f"comma-separated subset of {','.join(METRICS)} (outbox lag comes with drain)",
+        help=f"comma-separated subset of {','.join(METRICS)} (outbox lag and event delivery come with drain)",
     )
     parser.add_argument("--big", action="store_true", help="the list at 1,000,000 calls (takes a few minutes)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary DATA_DIR and the child logs")
