@@ -54,6 +54,12 @@ class Subscription(models.Model):
         return f"{self.name} ({self.kind})"
 
 
+# Open notifications (PENDING or FAILED) are exactly those with a next try: the partial indexes
+# below say `next_attempt_at IS NOT NULL`, which SQLite sees implied by the loop's
+# `next_attempt_at <= ?` (a state IN list bound as parameters would not let it use them).
+_OPEN = Q(next_attempt_at__isnull=False)
+
+
 class Notification(models.Model):
     """One event for one subscription: the seed's event_notifications row."""
 
@@ -97,18 +103,23 @@ class Notification(models.Model):
                 condition=Q(state__in=["PENDING", "SUCCEEDED", "FAILED", "EXPIRED"]),
                 name="event_notifications_state_valid",
             ),
+            models.CheckConstraint(
+                condition=Q(state__in=["PENDING", "FAILED"], next_attempt_at__isnull=False)
+                | Q(state__in=["SUCCEEDED", "EXPIRED"], next_attempt_at__isnull=True),
+                name="event_notifications_open_has_next_try",
+            ),
         ]
         indexes = [
             # The delivery loop: due notifications (delivery.services.notifications_claim).
             models.Index(
                 fields=["next_attempt_at"],
-                condition=Q(state__in=["PENDING", "FAILED"]),
+                condition=_OPEN,
                 name="event_notifications_due",
             ),
             # Order per (subscription, call): the earliest open notification of each pair.
             models.Index(
                 fields=["subscription", "aggregate_id", "event_seq"],
-                condition=Q(state__in=["PENDING", "FAILED"]),
+                condition=_OPEN,
                 name="event_notifications_open",
             ),
             # A call's events with their deliveries (API detail, details page).

@@ -210,7 +210,7 @@ def delivery_backlog(
     `tenant_ids` (None: all tenants). One grouped query over the rows of the partial index
     event_notifications_due: as large as the backlog, not as the table."""
     now = now or utcnow()
-    rows = Notification.objects.filter(state__in=OPEN_STATES)
+    rows = Notification.objects.filter(next_attempt_at__isnull=False)  # open (uses event_notifications_due)
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=list(tenant_ids))
     counts: dict[tuple[str, str], tuple[int, datetime | None]] = {
@@ -276,6 +276,7 @@ def delivery_lag_by_kind(*, now: datetime | None = None) -> dict[str, KindLag]:
 
 
 def _percentile_s(values: list[float], fraction: float) -> float | None:
+    """The nearest-rank percentile of _percentile_ms, in seconds and not rounded."""
     if not values:
         return None
     ordered = sorted(values)

@@ -297,7 +297,7 @@ def notifications_claim(*, limit: int, now: datetime | None = None) -> list[Noti
         earliest: dict[tuple, int] = {}
         for sub_id, agg_id, seq in (
             Notification.objects.filter(
-                state__in=OPEN_STATES,
+                next_attempt_at__isnull=False,  # open (uses event_notifications_open)
                 subscription_id__in={p[0] for p in pairs},
                 aggregate_id__in={p[1] for p in pairs},
             )

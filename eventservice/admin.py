@@ -58,7 +58,9 @@ class TaskQueueReadOnlyMixin(SuperuserOnlyMixin):
 
 
 # The apps whose admins are the product's: scoped by tenants.admin, or holding no tenant's data.
-PRODUCT_APPS = frozenset({"tenants", "orchestration", "timer", "execution", "outbox", "workers", "eventservice"})
+PRODUCT_APPS = frozenset(
+    {"tenants", "orchestration", "timer", "execution", "outbox", "delivery", "workers", "eventservice"}
+)
 
 
 def _superusers_only() -> None:

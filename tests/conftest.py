@@ -3,17 +3,14 @@ HTTP target on 127.0.0.1; an in-process engine. Helpers are in tests/support/.""
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import pytest
 
 from tenants.models import Membership
 from tests.support.factories import make_api_key, make_member, make_tenant, make_user
+from tests.support.nats import NATS_TEST_URL, jetstream_available
 from tests.support.targets import TargetServer, serving_target
 
 
@@ -65,26 +62,6 @@ def engine(transactional_db):
     keeper.close()
 
 
-NATS_TEST_URL = os.environ.get("NATS_TEST_URL", "nats://127.0.0.1:4222")
-
-
-def _nats_with_jetstream(url: str) -> bool:
-    """Whether a NATS server answers at url and its INFO line says JetStream is on."""
-    parts = urlsplit(url)
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=1) as sock:
-            sock.settimeout(1)
-            line = sock.makefile("rb").readline(64 * 1024)
-    except OSError:
-        return False
-    if not line.startswith(b"INFO "):
-        return False
-    try:
-        return bool(json.loads(line[5:]).get("jetstream"))
-    except ValueError:
-        return False
-
-
 def pytest_collection_modifyitems(config, items):
     """PostgreSQL-only tests skip on the SQLite pass with a clear reason (scripts/test runs them);
     NATS tests skip where no NATS with JetStream answers (.ci/run starts one when installed)."""
@@ -99,7 +76,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_pg)
 
     nats_items = [item for item in items if item.get_closest_marker("nats")]
-    if nats_items and not _nats_with_jetstream(NATS_TEST_URL):
+    if nats_items and not jetstream_available(NATS_TEST_URL):
         skip_nats = pytest.mark.skip(
             reason="needs NATS with JetStream at NATS_TEST_URL (default nats://127.0.0.1:4222)"
         )

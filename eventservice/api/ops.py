@@ -6,6 +6,8 @@ METRICS_PUBLIC=false, then only staff sessions may read it (others get 404).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -13,6 +15,8 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from delivery.models import Subscription
+from delivery.selectors import delivery_backlog, delivery_lag_by_kind, expired_counts
 from eventservice.api.health import health_report, metrics_snapshot
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
@@ -80,6 +84,47 @@ class ServiceAgentCollector:
         for kind in ["none", *ErrorKind.values]:
             attempts.add_metric([kind], snap["attempts"].get(kind, 0))
         yield attempts
+
+        yield from delivery_metrics()
+
+
+def delivery_metrics() -> Iterator[GaugeMetricFamily]:
+    """Delivery to subscribers per sink kind (webhook, nats), read through delivery.selectors with
+    queries on partial indexes: the backlog, the expired, and the lag over the last hour."""
+    kinds = Subscription.Kind.values
+    backlog = delivery_backlog()
+    expired = expired_counts()
+    lag = delivery_lag_by_kind()
+    pending = GaugeMetricFamily(
+        "serviceagent_delivery_pending", "Notifications PENDING: not tried yet, or requeued.", labels=["kind"]
+    )
+    failing = GaugeMetricFamily(
+        "serviceagent_delivery_failing",
+        "Notifications FAILED: their last try failed; tried again later.",
+        labels=["kind"],
+    )
+    oldest = GaugeMetricFamily(
+        "serviceagent_delivery_oldest_pending_seconds",
+        "Age of the oldest PENDING notification (0: none).",
+        labels=["kind"],
+    )
+    expired_family = GaugeMetricFamily(
+        "serviceagent_delivery_expired", "Notifications EXPIRED: given up on (retained rows).", labels=["kind"]
+    )
+    lag_family = GaugeMetricFamily(
+        "serviceagent_delivery_lag_seconds",
+        "Delivery lag (event created -> delivered) of the notifications made in the last hour; one not"
+        " delivered yet counts with its age so far (NaN: none).",
+        labels=["kind", "quantile"],
+    )
+    for kind in kinds:
+        pending.add_metric([kind], backlog[kind].pending)
+        failing.add_metric([kind], backlog[kind].failing)
+        oldest.add_metric([kind], backlog[kind].oldest_pending_age_s or 0.0)
+        expired_family.add_metric([kind], expired[kind])
+        for quantile, value in (("0.5", lag[kind].p50_s), ("0.99", lag[kind].p99_s)):
+            lag_family.add_metric([kind, quantile], float("nan") if value is None else value)
+    yield from (pending, failing, oldest, expired_family, lag_family)
 
 
 @never_cache

@@ -4,7 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from eventservice.dashboard.views import accounts, calls, details, request_page, system
+from eventservice.dashboard.views import accounts, calls, details, request_page, subscriptions, system
 
 app_name = "dashboard"
 
@@ -21,5 +21,32 @@ urlpatterns = [
     path("calls/<uuid:service_call_id>/tags", details.call_tags, name="call-tags"),
     path("calls/<uuid:service_call_id>/favorite", details.call_favorite, name="call-favorite"),
     path("calls/<uuid:service_call_id>/rerun", details.call_rerun, name="call-rerun"),
+    path("subscriptions/", subscriptions.subscriptions_page, name="subscriptions"),
+    path("subscriptions/new/", subscriptions.subscription_new, name="subscription-new"),
+    path("subscriptions/<uuid:subscription_id>/", subscriptions.subscription_detail, name="subscription-detail"),
+    path(
+        "subscriptions/<uuid:subscription_id>/enabled", subscriptions.subscription_enabled, name="subscription-enabled"
+    ),
+    path(
+        "subscriptions/<uuid:subscription_id>/rotate-secret",
+        subscriptions.subscription_rotate,
+        name="subscription-rotate-secret",
+    ),
+    path("subscriptions/<uuid:subscription_id>/test", subscriptions.subscription_test, name="subscription-test"),
+    path(
+        "subscriptions/<uuid:subscription_id>/recover",
+        subscriptions.subscription_recover_view,
+        name="subscription-recover",
+    ),
+    path(
+        "subscriptions/<uuid:subscription_id>/delete",
+        subscriptions.subscription_delete_view,
+        name="subscription-delete",
+    ),
+    path(
+        "subscriptions/<uuid:subscription_id>/deliveries/<uuid:notification_id>/resend",
+        subscriptions.delivery_resend,
+        name="delivery-resend",
+    ),
     path("system/", system.system_page, name="system"),
 ]

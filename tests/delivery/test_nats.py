@@ -7,18 +7,14 @@ so no real stream is ever touched.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import secrets
 import shutil
 import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import nats
 import nats.errors
@@ -33,9 +29,8 @@ from delivery.nats import (
     subject_for,
     validate_subject_template,
 )
+from tests.support.nats import NATS_TEST_URL, run_js
 from tests.support.waiting import wait_for
-
-NATS_TEST_URL = os.environ.get("NATS_TEST_URL", "nats://127.0.0.1:4222")
 
 ENVELOPE = {
     "id": "0190c2a4-7b1e-7cc0-8a4e-000000000001",
@@ -140,21 +135,6 @@ def test_subject_covers(pattern, subject, covered):
 class Stream:
     name: str
     prefix: str
-
-
-def run_js(action: Callable[[JetStreamContext], Any]) -> Any:
-    """Run `action(js)` on a connection of its own: the test's independent view of the server."""
-
-    async def main() -> Any:
-        nc = await nats.connect(NATS_TEST_URL, allow_reconnect=False)
-        try:
-            return await action(nc.jetstream())
-        finally:
-            await nc.close()
-
-    # On a thread of its own: the browser tests' Playwright leaves a loop running on this one.
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, main()).result(30)
 
 
 def stream_messages(stream: str) -> list:

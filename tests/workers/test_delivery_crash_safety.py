@@ -12,17 +12,11 @@ delivery.services.LEASE), so the last cluster needs a minute or so to finish.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import secrets
-import socket
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -33,6 +27,7 @@ from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
 from tests.delivery.receivers import receiving
 from tests.support.factories import make_call
+from tests.support.nats import NATS_TEST_URL, jetstream_available, run_js
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
@@ -42,7 +37,6 @@ CALLS = 60
 TENANTS = ("acme", "globex")
 # Receivers answer after a moment, so a kill lands while deliveries are on the wire.
 RECEIVER_PATH = "/delay/60"
-NATS_TEST_URL = os.environ.get("NATS_TEST_URL", "nats://127.0.0.1:4222")
 # The agent's publisher always ensures its stream with these subjects (delivery/nats.py).
 AGENT_STREAM_SUBJECTS = "serviceagent.>"
 FINAL_TIMEOUT = 100.0  # the 60 s lease of the last kill's claims, and the work after it
@@ -73,35 +67,6 @@ def submit_burst(http_target) -> list[str]:
 # --- NATS: the test's own view of the server ---------------------------------------------
 
 
-def nats_available(url: str = NATS_TEST_URL) -> bool:
-    """Whether a NATS server with JetStream answers at url (as tests/conftest.py checks)."""
-    parts = urlsplit(url)
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 4222), timeout=1) as sock:
-            sock.settimeout(1)
-            line = sock.makefile("rb").readline(64 * 1024)
-    except OSError:
-        return False
-    try:
-        return line.startswith(b"INFO ") and bool(json.loads(line[5:]).get("jetstream"))
-    except ValueError:
-        return False
-
-
-def run_js(action: Callable[[Any], Any]) -> Any:
-    """Run `action(js)` on a connection of its own (bounded: nothing here may hang the test)."""
-    import nats
-
-    async def main() -> Any:
-        nc = await nats.connect(NATS_TEST_URL, allow_reconnect=False, connect_timeout=5)
-        try:
-            return await asyncio.wait_for(action(nc.jetstream(timeout=5)), 60)
-        finally:
-            await nc.close()
-
-    return asyncio.run(main())
-
-
 def create_agent_stream(stream: str) -> None:
     """The stream as the agent ensures it at start (delivery/nats.py: subjects serviceagent.>,
     duplicate window 10 min), made here first so that a stream already taking serviceagent.>
@@ -109,6 +74,7 @@ def create_agent_stream(stream: str) -> None:
     subjects, and then no publish of the clusters could succeed."""
     from delivery.nats import JetStreamError, JetStreamPublisher
 
+    remove_stale_test_streams()
     publisher = JetStreamPublisher(url=NATS_TEST_URL, stream=stream)
     try:
         assert publisher.ensure_stream() == "created"
@@ -118,6 +84,25 @@ def create_agent_stream(stream: str) -> None:
         raise
     finally:
         publisher.close()
+
+
+# A run of this test takes under two minutes: a test stream older than this was left behind by
+# a run that was killed before its clean-up, and would hold serviceagent.> for ever.
+STALE_TEST_STREAM = timedelta(minutes=10)
+
+
+def remove_stale_test_streams() -> None:
+    async def remove(js) -> None:
+        for info in await js.streams_info():
+            created = info.created
+            if (
+                info.config.name.startswith("SA_TEST_")
+                and created is not None
+                and datetime.now(UTC) - created > STALE_TEST_STREAM
+            ):
+                await js.delete_stream(info.config.name)
+
+    run_js(remove)
 
 
 def stream_messages(stream: str) -> tuple[float, list[dict]]:
@@ -217,7 +202,7 @@ def finished(call_ids: list[str], subscriptions: int) -> bool:
 def test_sigkill_of_the_workers_three_times_mid_delivery_loses_no_event_and_keeps_each_calls_order(
     world, http_target, tmp_path, with_nats
 ):
-    if not with_nats and nats_available():
+    if not with_nats and jetstream_available():
         pytest.skip("NATS with JetStream answers here: the webhooks-and-nats case runs and covers the webhooks too")
 
     env = {"NATS_URL": ""}

@@ -1,1 +1,2 @@
-"""Views of the browser dashboard: thin, they call orchestration's services and selectors."""
+"""Views of the browser dashboard: thin, they call orchestration's and delivery's services and
+selectors."""

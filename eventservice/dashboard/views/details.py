@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from core.errors import NotFound, ValidationFailed
 from core.ids import short_id
 from core.rendering import json_response
+from delivery.selectors import deliveries_for_call
 from eventservice.dashboard.forms import FavoriteForm, TagsForm, split_tags
 from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.timeline import call_timeline
@@ -40,6 +41,8 @@ def call_detail(request: HttpRequest, service_call_id: uuid.UUID) -> HttpRespons
     call = call_for_request(request, service_call_id)
     tags = tags_of(call)
     events = list(events_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id))
+    # Each event's delivery to every subscription of the tenant, all in one query.
+    deliveries = deliveries_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)
     outcome = outcome_representation(call.outcome_meta) or {}
     context = {
         "call": call,
@@ -50,6 +53,7 @@ def call_detail(request: HttpRequest, service_call_id: uuid.UUID) -> HttpRespons
         "error": outcome.get("errorMeta"),
         "attempts": list(attempts_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)),
         "events": events,
+        "event_rows": [(event, deliveries.get(event.event_id, [])) for event in events],
         "timeline": call_timeline(call, events),
     }
     return render(request, "dashboard/call_detail.html", context)

@@ -1,4 +1,4 @@
-"""The system page for staff: workers, timer and outbox backlogs, recent failures.
+"""The system page for staff: workers, timer, outbox and delivery backlogs, recent failures.
 
 Superusers see every tenant; other staff only their tenants' calls, timers and events.
 Worker sessions carry no tenant data; loop-run error messages may, so only superusers read them.
@@ -13,6 +13,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from core.ids import utcnow
+from delivery.models import Subscription
+from delivery.selectors import delivery_backlog
 from eventservice.dashboard.selectors import recent_failed_calls
 from eventservice.dashboard.tenancy import resolve_tenant
 from orchestration.selectors import status_counts
@@ -35,6 +37,15 @@ def system_page(request: HttpRequest) -> HttpResponse:
         "workers": worker_sessions(now=now),
         "timers": timers_backlog(now=now, tenant_ids=scope),
         "outbox": outbox_backlog(now=now, tenant_ids=scope, with_lag=True),
+        "delivery": [
+            {
+                "label": Subscription.Kind(kind).label,
+                "pending": backlog.pending,
+                "failing": backlog.failing,
+                "oldest_ms": None if backlog.oldest_pending_age_s is None else backlog.oldest_pending_age_s * 1000,
+            }
+            for kind, backlog in delivery_backlog(now=now, tenant_ids=scope).items()
+        ],
         "failed_calls": recent_failed_calls(tenant_ids=scope),
         "loop_errors": recent_loop_errors() if request.user.is_superuser else [],
         "tenant_counts": [(tenant, status_counts(tenant_id=tenant.id)) for tenant in request.tenants[:50]],

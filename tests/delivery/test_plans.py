@@ -1,0 +1,29 @@
+"""The delivery loop's hot queries use their partial indexes (SQLite's plan), whatever the size
+of the notifications table: the idle check runs every poll interval."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from delivery.selectors import notifications_due_exist
+from delivery.services import notifications_claim
+from tests.support.plans import query_plan, recorded_queries, selects_from
+
+pytestmark = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
+
+
+def _plans(run) -> list[str]:
+    with recorded_queries() as queries:
+        run()
+    return [" | ".join(query_plan(sql, params)) for sql, params in selects_from(queries, "event_notifications")]
+
+
+def test_the_idle_check_searches_the_due_index(db):
+    [plan] = _plans(notifications_due_exist)
+    assert "event_notifications_due" in plan, plan
+
+
+def test_the_claim_searches_the_due_index(db):
+    plans = _plans(lambda: notifications_claim(limit=10))
+    assert plans and "event_notifications_due" in plans[0], plans
