@@ -38,7 +38,7 @@ ACME_TAG = "acme-tag-3e7a"
 ACME_HOOK_NAME = "acme-hook-name-7f3c"
 ACME_HOOK_PATH = "/acme-hook-path-2a9e"
 ACME_HOOK_ANSWER = "acme-hook-answer-4d1b"
-PRODUCT_APPS = ["tenants", "orchestration", "timer", "execution", "outbox", "workers"]
+PRODUCT_APPS = ["tenants", "orchestration", "timer", "execution", "outbox", "delivery", "workers"]
 OBJECT_STATUSES = {301, 302, 303, 400, 401, 403, 404, 405}
 
 
