@@ -340,7 +340,7 @@ EVENT_DELIVERY_SCHEDULE = env_durations("EVENT_DELIVERY_SCHEDULE", "5s,5m,30m,2h
 EVENT_DELIVERY_EXPIRY = env_duration("EVENT_DELIVERY_EXPIRY", "3d")
 SUBSCRIPTION_DISABLE_AFTER = env_duration("SUBSCRIPTION_DISABLE_AFTER", "5d")
 WEBHOOK_TIMEOUT_MS = env_int("WEBHOOK_TIMEOUT_MS", 15_000, minimum=100, maximum=120_000)
-DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 16, minimum=1, maximum=256)
+DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=256)
 DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
 # NATS JetStream: with a URL, an operator-wide subscription publishes every event to the stream
