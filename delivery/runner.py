@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import queue
 import threading
+import uuid
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
@@ -23,6 +25,7 @@ class Deliverer:
         *,
         concurrency: int,
         batch_size: int,
+        per_subscription: int | None = None,
         write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
     ) -> None:
         self.concurrency = concurrency
@@ -30,7 +33,10 @@ class Deliverer:
         self.write_guard = write_guard
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="delivery")
         self.results: queue.Queue[tuple[Notification, SendResult]] = queue.Queue()
+        self.per_subscription = per_subscription
         self.in_flight = 0
+        # Tries in flight per subscription: a slow receiver holds at most per_subscription threads.
+        self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
         self._lock = threading.Lock()
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
@@ -43,10 +49,15 @@ class Deliverer:
             room = self.concurrency - self.in_flight
         claimed: list[Notification] = []
         if room > 0 and notifications_due_exist():
+            with self._lock:
+                busy = dict(self.in_flight_by_subscription)
             with self.write_guard():
-                claimed = notifications_claim(limit=min(room, self.batch_size))
+                claimed = notifications_claim(
+                    limit=min(room, self.batch_size), in_flight=busy, per_subscription=self.per_subscription
+                )
             with self._lock:
                 self.in_flight += len(claimed)
+                self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
             for notification in claimed:
                 self.pool.submit(self._try, notification)
         return recorded + len(claimed)
@@ -68,10 +79,16 @@ class Deliverer:
             except queue.Empty:
                 break
         if ready:
-            with self.write_guard():
-                notifications_record(results=ready)
-            with self._lock:
-                self.in_flight -= len(ready)
+            try:
+                with self.write_guard():
+                    notifications_record(results=ready)
+            finally:
+                # Whatever recording did, these tries are over: their threads are free again (an
+                # unrecorded try is sent again when its lease ends: at least once).
+                with self._lock:
+                    self.in_flight -= len(ready)
+                    self.in_flight_by_subscription.subtract(n.subscription_id for n, _ in ready)
+                    self.in_flight_by_subscription += Counter()  # drop the zeros
         return len(ready)
 
     def idle(self) -> bool:

@@ -7,20 +7,19 @@ import base64
 import random
 import secrets
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
 from delivery.models import DeliveryAttempt, Notification, Subscription
-from delivery.selectors import OPEN_STATES
 from delivery.validation import SubscriptionInput
 
 # A delivery loop's claim on a notification; a send never outlasts it (webhook timeout 15 s).
@@ -274,45 +273,50 @@ def _matches(subscription: Subscription, event: FanoutEvent) -> bool:
 # --- The delivery loop's claims and outcomes ----------------------------------------------
 
 
-def notifications_claim(*, limit: int, now: datetime | None = None) -> list[Notification]:
-    """Claim due notifications of enabled subscriptions, at most `limit`, each the earliest open
-    one of its (subscription, call): a later event waits behind an earlier one that has neither
-    succeeded nor expired, and nothing else waits (docs/events.md, "Order")."""
+def notifications_claim(
+    *,
+    limit: int,
+    now: datetime | None = None,
+    in_flight: Mapping[uuid.UUID, int] | None = None,
+    per_subscription: int | None = None,
+) -> list[Notification]:
+    """Claim due notifications of enabled subscriptions, at most `limit`.
+
+    Only the head of each (subscription, call) queue can be due: a notification with an earlier
+    open one of the same call and subscription is never considered, so a later event waits
+    behind an earlier one that has neither succeeded nor expired, and nothing else waits
+    (docs/events.md, "Order"). With `per_subscription`, a subscription never has more than that
+    many tries in flight (`in_flight` counts this loop's), so one slow receiver holds a few
+    threads, never all of them."""
     now = now or utcnow()
+    in_flight = in_flight or {}
+    earlier_open = Notification.objects.filter(
+        subscription_id=OuterRef("subscription_id"),
+        aggregate_id=OuterRef("aggregate_id"),
+        next_attempt_at__isnull=False,  # open (uses event_notifications_open)
+        event_seq__lt=OuterRef("event_seq"),
+    )
+    full = [sub for sub, n in in_flight.items() if per_subscription is not None and n >= per_subscription]
     with transaction.atomic():
         due = list(
             Notification.objects.filter(
                 Q(locked_until__isnull=True) | Q(locked_until__lte=now),
-                state__in=OPEN_STATES,
-                next_attempt_at__lte=now,
+                next_attempt_at__lte=now,  # uses event_notifications_due
                 subscription__enabled=True,
             )
+            .exclude(subscription_id__in=full)
+            .filter(~Exists(earlier_open))
             .select_related("subscription")
             .select_for_update(skip_locked=True, of=("self",))
-            .order_by("next_attempt_at", "event_seq")[: limit * 2]
+            .order_by("next_attempt_at", "event_seq")[: limit * 4]
         )
-        if not due:
-            return []
-        pairs = {(n.subscription_id, n.aggregate_id) for n in due}
-        earliest: dict[tuple, int] = {}
-        for sub_id, agg_id, seq in (
-            Notification.objects.filter(
-                next_attempt_at__isnull=False,  # open (uses event_notifications_open)
-                subscription_id__in={p[0] for p in pairs},
-                aggregate_id__in={p[1] for p in pairs},
-            )
-            .order_by()
-            .values_list("subscription_id", "aggregate_id", "event_seq")
-        ):
-            key = (sub_id, agg_id)
-            earliest[key] = min(seq, earliest.get(key, seq))
         claimed: list[Notification] = []
-        taken: set[tuple] = set()
+        taken: dict[uuid.UUID, int] = {}
         for notification in due:
-            key = (notification.subscription_id, notification.aggregate_id)
-            if key in taken or notification.event_seq != earliest.get(key):
+            sub = notification.subscription_id
+            if per_subscription is not None and in_flight.get(sub, 0) + taken.get(sub, 0) >= per_subscription:
                 continue
-            taken.add(key)
+            taken[sub] = taken.get(sub, 0) + 1
             claimed.append(notification)
             if len(claimed) == limit:
                 break
@@ -359,6 +363,10 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
     now = utcnow()
     expiry = timedelta(seconds=settings.EVENT_DELIVERY_EXPIRY)
     with transaction.atomic():
+        # A subscription deleted while its try was out took its notifications along: nothing to
+        # record for those (and an attempt row pointing at them would fail the whole batch).
+        existing = set(Notification.objects.filter(pk__in=[n.pk for n, _ in results]).values_list("pk", flat=True))
+        results = [(n, result) for n, result in results if n.pk in existing]
         attempts = []
         outcome_by_subscription: dict[uuid.UUID, list[SendResult]] = {}
         for notification, result in results:

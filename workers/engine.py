@@ -298,6 +298,7 @@ class Engine:
         deliverer = Deliverer(
             concurrency=settings.DELIVERY_CONCURRENCY,
             batch_size=settings.DELIVERY_BATCH_SIZE,
+            per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
             write_guard=self.gate.slot,
         )
         try:

@@ -1,0 +1,86 @@
+"""One failing or slow subscriber never holds back another: the claim only ever sees the head
+of each (subscription, call) queue, and a subscription has a bounded number of tries in flight.
+A subscription deleted while its tries are out costs nothing to the others' records."""
+
+from __future__ import annotations
+
+import time
+
+from core.ids import utcnow
+from delivery.models import Notification
+from delivery.runner import Deliverer, deliver_now
+from delivery.services import (
+    SendResult,
+    notifications_claim,
+    notifications_record,
+    subscription_create,
+    subscription_delete,
+    subscription_send_test,
+)
+from delivery.validation import SubscriptionInput
+from outbox.dispatcher import dispatch_batch
+from tests.delivery.receivers import receiving
+from tests.support.factories import make_call
+from tests.support.waiting import wait_for
+
+
+def webhook(url: str, tenant_id: str = "acme"):
+    return subscription_create(tenant_id=tenant_id, data=SubscriptionInput(kind="webhook", name="hook", url=url))[0]
+
+
+def test_a_dead_subscribers_waiting_events_never_crowd_out_another_subscriber(transactional_db, world, settings):
+    settings.EVENT_DELIVERY_SCHEDULE = [3600]
+    with receiving() as receiver:
+        dead = webhook(receiver.url("/flaky/999"), tenant_id="globex")
+        for n in range(30):
+            make_call("globex", name=f"c{n}", due_in=3600)  # Submitted + Scheduled each
+        dispatch_batch()
+        while deliver_now(limit=10):
+            pass  # every call's first event fails; its second waits behind it for an hour
+        assert Notification.objects.filter(subscription=dead, state=Notification.State.FAILED).count() == 30
+        assert Notification.objects.filter(subscription=dead, state=Notification.State.PENDING).count() == 30
+
+        healthy = webhook(receiver.url("/ok"))
+        subscription_send_test(tenant_id="acme", subscription_id=healthy.pk)
+        assert deliver_now(limit=10) == 1
+    assert Notification.objects.get(subscription=healthy).state == Notification.State.SUCCEEDED
+
+
+def test_a_slow_subscriber_holds_at_most_its_share_of_the_delivery_threads(transactional_db, world, settings):
+    with receiving() as receiver:
+        slow = webhook(receiver.url("/slow"))
+        fast = webhook(receiver.url("/ok"), tenant_id="globex")
+        for _ in range(6):
+            subscription_send_test(tenant_id="acme", subscription_id=slow.pk)
+        deliverer = Deliverer(concurrency=8, batch_size=8, per_subscription=2)
+        try:
+            deliverer.step()
+            assert deliverer.in_flight_by_subscription[slow.pk] == 2
+            subscription_send_test(tenant_id="globex", subscription_id=fast.pk)
+            started = time.monotonic()
+
+            def fast_delivered():
+                deliverer.step()
+                return Notification.objects.get(subscription=fast).state == Notification.State.SUCCEEDED
+
+            wait_for(fast_delivered, timeout=5)
+            assert time.monotonic() - started < 1.5  # not behind the slow receiver's 2 s answers
+            assert deliverer.in_flight_by_subscription[slow.pk] <= 2
+        finally:
+            deliverer.stop()
+
+
+def test_recording_skips_the_tries_of_a_subscription_deleted_meanwhile(transactional_db, world):
+    gone = webhook("http://127.0.0.1:9/gone")
+    kept = webhook("http://127.0.0.1:9/kept")
+    subscription_send_test(tenant_id="acme", subscription_id=gone.pk)
+    subscription_send_test(tenant_id="acme", subscription_id=kept.pk)
+    claimed = notifications_claim(limit=10)
+    assert len(claimed) == 2
+    subscription_delete(tenant_id="acme", subscription_id=gone.pk)
+
+    notifications_record(
+        results=[(n, SendResult(succeeded=True, started_at=utcnow(), status_code=200)) for n in claimed]
+    )
+
+    assert Notification.objects.get(subscription=kept).state == Notification.State.SUCCEEDED
