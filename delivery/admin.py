@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Q
 from django.utils.html import format_html
@@ -64,8 +65,11 @@ class SubscriptionAdminForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="None checked: every event type.",
     )
-    # Set by SubscriptionAdmin.get_form: whether this user may make an operator-wide one.
+    # Set by SubscriptionAdmin.get_form: whether this user may make an operator-wide one, and
+    # whether the input is checked as an operator's (NATS, subject templates: superusers only; a
+    # subject template may publish onto any tenant's subjects).
     operator_wide_allowed = False
+    operator = False
 
     class Meta:
         model = Subscription
@@ -76,7 +80,8 @@ class SubscriptionAdminForm(forms.ModelForm):
         if not self.instance._state.adding:
             self.fields["name"].initial = self.instance.name
             self.fields["url"].initial = self.instance.url
-            self.fields["subject_template"].initial = self.instance.subject_template
+            if "subject_template" in self.fields:  # read-only for staff (SubscriptionAdmin)
+                self.fields["subject_template"].initial = self.instance.subject_template
             self.fields["event_types"].initial = list(self.instance.event_types or [])
         if "kind" in self.fields:
             self.fields["kind"].initial = Subscription.Kind.WEBHOOK
@@ -97,12 +102,19 @@ class SubscriptionAdminForm(forms.ModelForm):
         }
         if adding:
             data["kind"] = kind or ""
+            tenant = cleaned.get("tenant")
+            limit = settings.MAX_SUBSCRIPTIONS_PER_TENANT
+            if tenant is not None and Subscription.objects.filter(tenant=tenant).count() >= limit:
+                # subscription_create checks it again, in its transaction.
+                self.add_error("tenant", f"A tenant may have at most {limit} subscriptions.")
         if kind == Subscription.Kind.WEBHOOK or cleaned.get("url"):
             data["url"] = cleaned.get("url") or ""
         if cleaned.get("subject_template") or (kind == Subscription.Kind.NATS and adding):
             data["subjectTemplate"] = cleaned.get("subject_template") or None
         try:
-            self.subscription_input: SubscriptionInput = validate_subscription(data, partial=not adding, operator=True)
+            self.subscription_input: SubscriptionInput = validate_subscription(
+                data, partial=not adding, operator=self.operator
+            )
         except ValidationFailed as exc:
             for wire_name, field_messages in exc.errors.items():
                 field = WIRE_FIELDS.get(wire_name)
@@ -133,6 +145,8 @@ class SubscriptionAdmin(TenantScopedAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
+            if not request.user.is_superuser:  # webhooks only (SubscriptionAdminForm.operator)
+                return ("tenant", "kind", "name", "url", "event_types", "enabled")
             return ("tenant", "kind", "name", "url", "subject_template", "event_types", "enabled")
         return (
             "tenant_display",
@@ -152,7 +166,10 @@ class SubscriptionAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
+        # Staff see a NATS subscription's subject template, and change it only as superusers.
+        template = () if request.user.is_superuser else ("subject_template",)
         return (
+            *template,
             "tenant_display",
             "kind",
             "disabled_reason",
@@ -166,6 +183,7 @@ class SubscriptionAdmin(TenantScopedAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change=change, **kwargs)
         form.operator_wide_allowed = visible_tenant_ids(request) is None
+        form.operator = request.user.is_superuser
         return form
 
     @admin.display(description="tenant", ordering="tenant")

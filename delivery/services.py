@@ -7,7 +7,8 @@ import base64
 import random
 import secrets
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from core.ids import new_id, utcnow
 from core.secrets import seal_value
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.validation import SubscriptionInput
+from tenants.models import Tenant
 
 # A delivery loop's claim on a notification; a send never outlasts it (webhook timeout 15 s).
 LEASE = timedelta(seconds=60)
@@ -40,22 +42,32 @@ def new_webhook_secret() -> str:
 
 
 def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tuple[Subscription, str | None]:
-    """A subscription (webhook: with a new secret, returned once and stored sealed)."""
+    """A subscription (webhook: with a new secret, returned once and stored sealed). A tenant has
+    at most MAX_SUBSCRIPTIONS_PER_TENANT; operator-wide ones are not limited."""
     now = utcnow()
     secret = new_webhook_secret() if data.kind == Subscription.Kind.WEBHOOK else None
-    subscription = Subscription.objects.create(
-        subscription_id=new_id(),
-        tenant_id=tenant_id,
-        kind=data.kind,
-        name=data.name,
-        url=data.url or "",
-        subject_template=data.subject_template or "",
-        event_types=list(data.event_types or []),
-        enabled=True if data.enabled is None else data.enabled,
-        secret=seal_value(secret) if secret else None,
-        created_at=now,
-        updated_at=now,
-    )
+    with transaction.atomic():
+        if tenant_id is not None:
+            # The tenant's row, locked: two creates never both take the last place.
+            list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
+            limit = settings.MAX_SUBSCRIPTIONS_PER_TENANT
+            if Subscription.objects.filter(tenant_id=tenant_id).count() >= limit:
+                raise ValidationFailed(
+                    {"body": [f"A tenant may have at most {limit} subscriptions (MAX_SUBSCRIPTIONS_PER_TENANT)."]}
+                )
+        subscription = Subscription.objects.create(
+            subscription_id=new_id(),
+            tenant_id=tenant_id,
+            kind=data.kind,
+            name=data.name,
+            url=data.url or "",
+            subject_template=data.subject_template or "",
+            event_types=list(data.event_types or []),
+            enabled=True if data.enabled is None else data.enabled,
+            secret=seal_value(secret) if secret else None,
+            created_at=now,
+            updated_at=now,
+        )
     return subscription, secret
 
 
@@ -72,7 +84,9 @@ def subscription_update(
     *, tenant_id: str | None, subscription_id: uuid.UUID | str, data: SubscriptionInput
 ) -> Subscription:
     """Change what `data` names (None: unchanged). Enabling clears the disabled reason and the
-    failing streak; what failed meanwhile stays FAILED/EXPIRED until `subscription_recover`."""
+    failing streak; what failed meanwhile stays FAILED/EXPIRED until `subscription_recover`.
+    The notifications that waited while it was disabled are delivered, except those of events
+    older than EVENT_DELIVERY_EXPIRY: they are EXPIRED (recoverable like any other)."""
     with transaction.atomic():
         subscription = _subscription(tenant_id, subscription_id)
         if data.url is not None and subscription.kind != Subscription.Kind.WEBHOOK:
@@ -88,11 +102,38 @@ def subscription_update(
             if data.enabled:
                 subscription.disabled_reason = ""
                 subscription.failing_since = None
+                _expire_waiting(subscription)
             else:
                 subscription.disabled_reason = "disabled by a user"
         subscription.updated_at = utcnow()
         subscription.save()
     return subscription
+
+
+# The last error of a notification that waited too long for its subscription to be enabled.
+EXPIRED_WHILE_DISABLED = "expired while the subscription was disabled"
+
+
+def _expire_waiting(subscription: Subscription) -> int:
+    """EXPIRE the open notifications of `subscription` whose event is older than the delivery
+    expiry (none is out on a try: a disabled subscription's are not claimed, and a lease still
+    running is left to its result). Returns how many."""
+    now = utcnow()
+    return (
+        Notification.objects.filter(
+            subscription=subscription,
+            next_attempt_at__isnull=False,  # open: PENDING or FAILED
+            event_created_at__lt=now - timedelta(seconds=settings.EVENT_DELIVERY_EXPIRY),
+        )
+        .filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now))
+        .update(
+            state=Notification.State.EXPIRED,
+            next_attempt_at=None,
+            locked_until=None,
+            last_error=EXPIRED_WHILE_DISABLED,
+            updated_at=now,
+        )
+    )
 
 
 def subscription_delete(*, tenant_id: str | None, subscription_id: uuid.UUID | str) -> None:
@@ -213,6 +254,42 @@ def nats_subscription_ensure() -> Subscription | None:
         )
 
 
+# --- Retention ----------------------------------------------------------------------------
+
+# Rows deleted per retention transaction: each holds the write lock a due timer waits for.
+RETENTION_BATCH = 1000
+
+
+def notifications_delete_before(
+    *,
+    before: datetime,
+    batch_size: int = RETENTION_BATCH,
+    write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> int:
+    """Delete notifications in a final state (SUCCEEDED, EXPIRED) created before `before`, with
+    their attempts, in batches of `batch_size` (each in its own transaction, under
+    `write_guard`). An open one is kept, unless its subscription is disabled: events waiting
+    that long would expire on re-enabling anyway, and a subscription left disabled must not
+    collect rows for ever. Returns the count.
+
+    Subscription by subscription, along event_notifications_sub_new; see docs/events.md."""
+    deleted = 0
+    final = [Notification.State.SUCCEEDED, Notification.State.EXPIRED]
+    for subscription_id, enabled in list(Subscription.objects.values_list("pk", "enabled")):
+        rows = Notification.objects.filter(subscription_id=subscription_id, created_at__lt=before)
+        if enabled:
+            rows = rows.filter(state__in=final)
+        while True:
+            with write_guard(), transaction.atomic():
+                ids = list(rows.order_by("-created_at").values_list("pk", flat=True)[:batch_size])
+                if ids:
+                    Notification.objects.filter(pk__in=ids).delete()
+            deleted += len(ids)
+            if len(ids) < batch_size:
+                break
+    return deleted
+
+
 # --- Fan-out: events into notifications ---------------------------------------------------
 
 
@@ -224,14 +301,16 @@ class FanoutEvent:
 
 
 def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
-    """One notification per (event × matching enabled subscription): the event's tenant's and the
-    operator-wide ones, of a matching type, created at or before the event. Idempotent (the
-    pair is unique), so a redelivered event makes nothing twice. Returns how many were made."""
+    """One notification per (event × matching subscription): the event's tenant's and the
+    operator-wide ones, of a matching type, created at or before the event. Disabled ones too:
+    the claim skips them, so their notifications wait until they are enabled again (or recovered).
+    Idempotent (the pair is unique), so a redelivered event makes nothing twice. Returns how
+    many were made."""
     if not events:
         return 0
     tenants = {event.envelope["tenantId"] for event in events}
     subscriptions = list(
-        Subscription.objects.filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True), enabled=True).only(
+        Subscription.objects.filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True)).only(
             "subscription_id", "tenant_id", "event_types", "created_at"
         )
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ValidationFailed
+from core.text import name_problem
 from execution.targets import url_error
 from outbox.models import OutboxEvent
 
@@ -16,6 +17,8 @@ MAX_NAME = 200
 # always sent to the one subscription it tests).
 EVENT_TYPES = tuple(OutboxEvent.Type.values)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+# Lone UTF-16 surrogates (JSON may spell them) cannot be stored or shown as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,11 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
             error("name", "A name is required.")
         elif len(name.strip()) > MAX_NAME:
             error("name", f"The name is longer than {MAX_NAME} characters.")
-        elif _CONTROL.search(name):
-            error("name", "The name must not contain control characters.")
+        elif _SURROGATE.search(name):
+            error("name", "The name must not contain lone UTF-16 surrogates: it is not valid Unicode text.")
+        elif (problem := name_problem(name)) is not None:
+            # The rule of call names (core.text): no control or invisible formatting character.
+            error("name", problem)
         else:
             name = name.strip()
 

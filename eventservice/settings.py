@@ -48,6 +48,10 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# Messages live in the session, which is server-side (the database), never in a cookie: the
+# default cookie storage only signs, it does not encrypt, and some messages carry a secret shown
+# once (a new API key, a webhook's signing secret).
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 # --- HTTPS (all off by default: `scripts/start` serves plain HTTP on 127.0.0.1) ---------------
 # Behind a TLS-terminating proxy, turn these on; `manage.py check --deploy` is then clean
@@ -345,6 +349,9 @@ DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=25
 DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, maximum=256)
 DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
+# Subscriptions a tenant may have (operator-wide ones are not counted): each one multiplies the
+# tenant's events into notifications and deliveries.
+MAX_SUBSCRIPTIONS_PER_TENANT = env_int("MAX_SUBSCRIPTIONS_PER_TENANT", 50, minimum=1)
 # NATS JetStream: with a URL, an operator-wide subscription publishes every event to the stream
 # (ensured at start: subjects serviceagent.>, duplicate window 10 min).
 NATS_URL = env_str("NATS_URL", "").strip()

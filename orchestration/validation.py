@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,6 +19,11 @@ from django.utils.dateparse import parse_datetime
 
 from core.errors import ValidationFailed
 from core.ids import utcnow
+from core.text import CONTROL as _CONTROL
+from core.text import INVISIBLE as _INVISIBLE
+from core.text import NOT_VISIBLE as _NOT_VISIBLE
+from core.text import first_of as _first_of
+from core.text import name_problem
 from execution.egress import refused_header
 from execution.targets import url_error
 
@@ -48,18 +52,6 @@ MAX_DOCUMENT_DEPTH = 100
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 # 1-64 characters, none of them whitespace or control characters.
 _TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,64}\Z")
-# Unicode categories: Cc the control characters (C0, DEL and C1 such as NEL U+0085), Cf the
-# invisible format characters (U+202E RIGHT-TO-LEFT OVERRIDE reverses the text shown after it,
-# U+200B ZERO WIDTH SPACE hides a difference): in a name or tag they spoof what the dashboard
-# and the admin display. Z* is whitespace, NBSP included.
-_CONTROL = frozenset({"Cc"})
-_INVISIBLE = frozenset({"Cc", "Cf"})
-_NOT_VISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
-
-
-def _first_of(text: str, categories: frozenset[str], *, allowed: str = "") -> str | None:
-    """The first character of `text` in one of the Unicode `categories`, or None."""
-    return next((ch for ch in text if ch not in allowed and unicodedata.category(ch) in categories), None)
 
 
 @dataclass
@@ -349,14 +341,8 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         name = ""
     elif len(name.strip()) > MAX_NAME:
         errors.add("name", f"The name must be at most {MAX_NAME} characters.")
-    elif (ch := _first_of(name, _CONTROL)) is not None:
-        errors.add("name", f"The name must not contain control characters (U+{ord(ch):04X}).")
-    elif (ch := _first_of(name, _INVISIBLE)) is not None:
-        errors.add(
-            "name",
-            f"The name must not contain invisible formatting characters (U+{ord(ch):04X}): "
-            "they change how it is displayed.",
-        )
+    elif (problem := name_problem(name)) is not None:
+        errors.add("name", problem)
 
     spec = data.get("requestSpec")
     method, url, headers, body, timeout_ms = "", "", {}, None, settings.EXECUTION_TIMEOUT_MS

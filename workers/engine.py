@@ -28,7 +28,7 @@ from django.db import close_old_connections, connection
 
 from core.ids import utcnow
 from delivery.runner import Deliverer
-from delivery.services import nats_subscription_ensure
+from delivery.services import nats_subscription_ensure, notifications_delete_before
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
 from orchestration.services import CallKey
@@ -345,9 +345,10 @@ class Engine:
             with self.gate.slot():
                 deleted = runs_delete_older_than(before=utcnow() - timedelta(days=settings.RETENTION_DAYS))
             if settings.OUTBOX_RETENTION_DAYS:  # 0 keeps every event
-                deleted += outbox_delete_published_before(
-                    before=utcnow() - timedelta(days=settings.OUTBOX_RETENTION_DAYS), write_guard=self.gate.slot
-                )
+                before = utcnow() - timedelta(days=settings.OUTBOX_RETENTION_DAYS)
+                deleted += outbox_delete_published_before(before=before, write_guard=self.gate.slot)
+                # Delivered and expired notifications, as old (their attempts go with them).
+                deleted += notifications_delete_before(before=before, write_guard=self.gate.slot)
             self._record_run("retention", started=started, items=deleted)
         except Exception as exc:
             logger.exception("retention failed")

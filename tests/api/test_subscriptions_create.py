@@ -132,3 +132,22 @@ def test_a_body_over_the_size_limit_is_413_and_stores_nothing(acme_api, settings
     response = acme_api.post(subscriptions_url(), {"name": "big", "url": HOOK, "pad": "x" * 4096})
     assert_problem(response, 413)
     assert not Subscription.objects.exists()
+
+
+def test_a_tenant_has_at_most_max_subscriptions_per_tenant_and_operator_wide_ones_are_exempt(acme_api, settings):
+    from delivery.services import subscription_create
+    from delivery.validation import validate_subscription
+
+    settings.MAX_SUBSCRIPTIONS_PER_TENANT = 2
+    for n in range(2):
+        assert acme_api.post(subscriptions_url(), {"name": f"hook {n}", "url": HOOK}).status_code == 201
+
+    refused = acme_api.post(subscriptions_url(), {"name": "one too many", "url": HOOK})
+
+    assert refused.status_code == 400, refused.content
+    assert "at most 2 subscriptions" in json.dumps(refused.json())
+    assert Subscription.objects.filter(tenant_id="acme").count() == 2
+    operator_wide, _ = subscription_create(
+        tenant_id=None, data=validate_subscription({"name": "ops", "url": HOOK}, operator=True)
+    )
+    assert operator_wide.tenant_id is None

@@ -101,7 +101,11 @@ def subscription_new(request: HttpRequest) -> HttpResponse:
         return render(request, "dashboard/subscription_new.html", {"form": form}, status=400)
     if not parsed:
         return render(request, "dashboard/subscription_new.html", {"form": form}, status=400)
-    subscription, secret = subscription_create(tenant_id=request.tenant.id, data=data)
+    try:
+        subscription, secret = subscription_create(tenant_id=request.tenant.id, data=data)
+    except ValidationFailed as exc:  # the tenant's limit of subscriptions
+        form.add_wire_errors(exc.errors)
+        return render(request, "dashboard/subscription_new.html", {"form": form}, status=400)
     if secret:
         _keep_secret_once(request, subscription, secret)
     messages.success(request, f"Subscription “{subscription.name}” created.")
@@ -154,7 +158,11 @@ def subscription_enabled(request: HttpRequest, subscription_id: uuid.UUID) -> Ht
             request, "Subscription enabled. What failed while it was off stays failed: recover it below to send it."
         )
     else:
-        messages.success(request, "Subscription disabled: nothing is sent to it; new events wait for it.")
+        messages.success(
+            request,
+            "Subscription disabled: nothing is sent to it; new events wait for it (those older than the"
+            " delivery expiry when it is enabled again expire, and can be recovered).",
+        )
     return HttpResponseRedirect(_detail_url(subscription))
 
 

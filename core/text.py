@@ -1,0 +1,32 @@
+"""Rules for text that people read back: names shown by the dashboard and the admin, checked
+alike by every module that takes one (orchestration's calls, delivery's subscriptions)."""
+
+from __future__ import annotations
+
+import unicodedata
+
+# Unicode categories: Cc the control characters (C0, DEL and C1 such as NEL U+0085), Cf the
+# invisible format characters (U+202E RIGHT-TO-LEFT OVERRIDE reverses the text shown after it,
+# U+200B ZERO WIDTH SPACE hides a difference): in a name or tag they spoof what the dashboard
+# and the admin display. Z* is whitespace, NBSP included.
+CONTROL = frozenset({"Cc"})
+INVISIBLE = frozenset({"Cc", "Cf"})
+NOT_VISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def first_of(text: str, categories: frozenset[str], *, allowed: str = "") -> str | None:
+    """The first character of `text` in one of the Unicode `categories`, or None."""
+    return next((ch for ch in text if ch not in allowed and unicodedata.category(ch) in categories), None)
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` may not be shown as a name (a control or an invisible formatting character),
+    or None."""
+    if (ch := first_of(name, CONTROL)) is not None:
+        return f"The name must not contain control characters (U+{ord(ch):04X})."
+    if (ch := first_of(name, INVISIBLE)) is not None:
+        return (
+            f"The name must not contain invisible formatting characters (U+{ord(ch):04X}): "
+            "they change how it is displayed."
+        )
+    return None
