@@ -1,7 +1,7 @@
 """The one FilterSet of service calls, shared by the API, the dashboard and the admin.
 
 Filters live in the URL (query parameters with the API's camelCase names):
-`status` (repeatable), `tag` (repeatable, all must match), `q` (name contains,
+`status` (repeatable, any letter case), `tag` (repeatable, all must match), `q` (name contains,
 case-insensitive), `submittedFrom`, `submittedTo`, `dueFrom`, `dueTo` (ISO 8601 date-time
 with a zone, or a date: a `...To` date covers that whole day, UTC), `favorite` (true|false).
 
@@ -20,6 +20,7 @@ import django_filters
 from django import forms
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils.dateparse import parse_date, parse_datetime
+from django_filters.fields import MultipleChoiceField
 
 from core.errors import ValidationFailed
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
@@ -103,6 +104,23 @@ class BooleanWordField(forms.Field):
         raise forms.ValidationError("Give true or false.")
 
 
+class StatusField(MultipleChoiceField):
+    """Statuses in any letter case (`failed` is `Failed`, as list_calls' --status); an unknown
+    one is refused with the valid ones named, not Django's bare "Select a valid choice"."""
+
+    default_error_messages = {
+        "invalid_choice": f"status must be one of: {', '.join(ServiceCall.Status.values)} (got %(value)r).",
+    }
+
+    def to_python(self, value: Any) -> list[str]:
+        canonical = {status.lower(): status for status in ServiceCall.Status.values}
+        return [canonical.get(item.strip().lower(), item) for item in super().to_python(value)]
+
+
+class StatusFilter(django_filters.MultipleChoiceFilter):
+    field_class = StatusField
+
+
 class TagsFilter(django_filters.Filter):
     field_class = TagsField
 
@@ -132,7 +150,7 @@ class ServiceCallFilter(django_filters.FilterSet):
     (the operator admin, across tenants) each tag is a correlated EXISTS on the unique
     (tenant_id, service_call_id, tag) index."""
 
-    status = django_filters.MultipleChoiceFilter(choices=ServiceCall.Status.choices, method="filter_status")
+    status = StatusFilter(choices=ServiceCall.Status.choices, method="filter_status")
     tag = TagsFilter(method="filter_tags")
     q = django_filters.CharFilter(method="filter_q", max_length=MAX_QUERY)
     submittedFrom = InstantFilter(method="filter_submitted_from")  # noqa: N815 (wire name)

@@ -28,6 +28,23 @@ WIRE_FIELDS = {
     "tags": "tags",
 }
 
+# The API's messages open with the wire name ("dueAt must be ..."); the page names the thing
+# as its controls do. The API keeps its own wording (orchestration.validation).
+PAGE_WORDS = {
+    "dueAt": "Due time",
+    "timeoutMs": "Timeout (ms)",
+    "method": "Method",
+    "headers": "Headers",
+    "requestSpec.body": "The body",
+}
+
+
+def page_message(message: str) -> str:
+    """A wire-worded message in the page's words: only a leading wire name is replaced."""
+    head, sep, rest = message.partition(" ")
+    return f"{PAGE_WORDS[head]}{sep}{rest}" if sep and head in PAGE_WORDS else message
+
+
 _TAG_SPLIT = re.compile(r"[\s,]+")
 
 
@@ -136,7 +153,7 @@ class RequestForm(forms.Form):
             except ValueError as exc:
                 self.add_error("body", f"The body is not valid JSON: {exc}.")
             except RecursionError:  # deeper than the decoder goes; shallower ones get the same rule
-                self.add_error("body", f"requestSpec.body is nested deeper than {MAX_BODY_DEPTH} levels.")
+                self.add_error("body", f"The body is nested deeper than {MAX_BODY_DEPTH} levels.")
         if cleaned.get("when") == self.When.SCHEDULE:
             try:
                 cleaned["due_iso"] = self._due_iso(cleaned)
@@ -197,7 +214,7 @@ class RequestForm(forms.Form):
     def add_wire_errors(self, errors: dict[str, list[str]]) -> None:
         for wire_name, messages in errors.items():
             field = WIRE_FIELDS.get(wire_name)
-            for message in messages:
+            for message in map(page_message, messages):
                 if field is not None and message in self.errors.get(field, []):
                     continue
                 self.add_error(field, message)

@@ -58,7 +58,8 @@ def calls_page(request: HttpRequest) -> HttpResponse:
         "per_page": per_page,
         "page_sizes": PAGE_SIZES,
         "statuses": ServiceCall.Status.values,
-        "selected_statuses": request.GET.getlist("status"),
+        # As the filter read them (any letter case), so `?status=failed` ticks "Failed".
+        "selected_statuses": list(filterset.form.cleaned_data.get("status") or []) if valid else [],
         "selected_tags": list(dict.fromkeys(t for t in request.GET.getlist("tag") if t)),
         "favorites_only": request.GET.get("favorite", "").lower() == "true",
         "q": request.GET.get("q", ""),
