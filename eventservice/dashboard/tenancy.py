@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from functools import wraps
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from tenants.models import Tenant
 from tenants.selectors import tenants_for_user, user_can_access_tenant
 
 SESSION_KEY = "dashboard.tenant_id"
+LAST_TENANT_COOKIE = "last_tenant"
+_LAST_TENANT_SALT = "dashboard.last_tenant"
+_LAST_TENANT_MAX_AGE = 365 * 24 * 3600
 
 
 def tenant_choices(user) -> list[Tenant]:
@@ -52,6 +56,31 @@ def tenant_switch(request: HttpRequest, tenant_id: str) -> bool:
         return False
     request.session[SESSION_KEY] = tenant_id
     return True
+
+
+def remember_last_tenant(request: HttpRequest, response: HttpResponse) -> None:
+    """Keep the user's current tenant on the response's cookie, for their next login."""
+    value = f"{request.user.pk}:{request.session[SESSION_KEY]}"
+    response.set_signed_cookie(
+        LAST_TENANT_COOKIE,
+        value,
+        salt=_LAST_TENANT_SALT,
+        max_age=_LAST_TENANT_MAX_AGE,
+        secure=settings.SESSION_COOKIE_SECURE,
+        httponly=True,
+        samesite="Lax",
+    )
+
+
+def restore_last_tenant(request: HttpRequest) -> bool:
+    """After login: the tenant of the cookie becomes current if it is this user's and still theirs."""
+    value = request.get_signed_cookie(
+        LAST_TENANT_COOKIE, default="", salt=_LAST_TENANT_SALT, max_age=_LAST_TENANT_MAX_AGE
+    )
+    user_pk, _, tenant_id = value.partition(":")
+    if not tenant_id or user_pk != str(request.user.pk):
+        return False
+    return tenant_switch(request, tenant_id)
 
 
 def tenant_required(view):

@@ -12,13 +12,18 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from eventservice.dashboard.tenancy import tenant_switch
+from eventservice.dashboard.tenancy import remember_last_tenant, restore_last_tenant, tenant_switch
 from eventservice.dashboard.views.common import redirect_back
 
 
 class LoginView(auth_views.LoginView):
     template_name = "registration/login.html"
     redirect_authenticated_user = True
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        restore_last_tenant(self.request)
+        return response
 
 
 def login_locked_out(request: HttpRequest, original_response=None, credentials=None) -> HttpResponse:
@@ -39,6 +44,8 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     if tenant_switch(request, tenant_id):
         # From the header: filters and calls of the previous tenant mean nothing under the new
         # one. From a link's prompt (`next`): back to that link, which names the new tenant.
-        return redirect_back(request, reverse("dashboard:calls"))
+        response = redirect_back(request, reverse("dashboard:calls"))
+        remember_last_tenant(request, response)
+        return response
     messages.error(request, "You are not a member of that tenant.")
     return redirect_back(request, reverse("dashboard:calls"))

@@ -20,7 +20,17 @@ from eventservice.dashboard.tenancy import resolve_tenant
 from orchestration.selectors import status_counts
 from outbox.selectors import outbox_backlog
 from timer.selectors import timers_backlog
-from workers.selectors import recent_loop_errors, worker_sessions
+from workers.models import WorkerSession
+from workers.selectors import WorkerRow, recent_loop_errors, worker_sessions
+
+
+def worker_state(row: WorkerRow) -> str:
+    """What the page calls a session: a clean stop is "stopped", not a "success" of something."""
+    if row.stale:
+        return "stale"
+    if row.session.status == WorkerSession.Status.SUCCESS:
+        return "stopped"
+    return row.session.status
 
 
 @login_required
@@ -34,7 +44,7 @@ def system_page(request: HttpRequest) -> HttpResponse:
     context = {
         "now": now,
         "all_tenants": scope is None,
-        "workers": worker_sessions(now=now),
+        "workers": [{"row": row, "state": worker_state(row)} for row in worker_sessions(now=now)],
         "timers": timers_backlog(now=now, tenant_ids=scope),
         "outbox": outbox_backlog(now=now, tenant_ids=scope, with_lag=True),
         "delivery": [
