@@ -34,21 +34,27 @@ def engine_lock_held(data_dir) -> bool:
 def test_two_clean_starts_and_stops_leave_no_lock_file(world, tmp_path):
     for _ in range(2):
         c = Cluster(tmp_path).start()
-        assert engine_lock_held(tmp_path)
-        assert len(lock_files(tmp_path)) == 1
-        c.stop()
+        try:
+            assert engine_lock_held(tmp_path)
+            assert len(lock_files(tmp_path)) == 1
+        finally:
+            c.stop()
         wait_for(lambda: not WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).exists(), timeout=10)
         assert lock_files(tmp_path) == []
 
 
 def test_a_start_after_a_crash_removes_the_dead_clusters_lock_file(world, tmp_path):
     crashed = Cluster(tmp_path, name="crashed").start()
-    assert engine_lock_held(tmp_path)
-    crashed.kill()
+    try:
+        assert engine_lock_held(tmp_path)
+    finally:
+        crashed.kill()
     assert len(lock_files(tmp_path)) == 1
 
     c = Cluster(tmp_path, name="after").start()
-    assert engine_lock_held(tmp_path)
-    assert len(lock_files(tmp_path)) == 1
-    c.stop()
+    try:
+        assert engine_lock_held(tmp_path)
+        assert len(lock_files(tmp_path)) == 1
+    finally:
+        c.stop()
     assert lock_files(tmp_path) == []
