@@ -4,6 +4,7 @@ each notification's state as it is tried (docs/events.md)."""
 from __future__ import annotations
 
 import base64
+import logging
 import random
 import secrets
 import uuid
@@ -23,6 +24,8 @@ from core.secrets import seal_value
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.validation import SubscriptionInput
 from tenants.models import Tenant
+
+logger = logging.getLogger("serviceagent.delivery")
 
 # A delivery loop's claim on a notification; a send never outlasts it (webhook timeout 15 s).
 LEASE = timedelta(seconds=60)
@@ -503,11 +506,7 @@ def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], n
 
 
 def _log_disabled(subscription_id: uuid.UUID, reason: str) -> None:
-    import logging
-
-    logging.getLogger("serviceagent.delivery").warning(
-        "subscription disabled", extra={"subscriptionId": str(subscription_id), "reason": reason}
-    )
+    logger.warning("subscription disabled", extra={"subscriptionId": str(subscription_id), "reason": reason})
 
 
 def _human(seconds: float) -> str:

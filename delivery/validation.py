@@ -9,6 +9,7 @@ from typing import Any
 
 from core.errors import ValidationFailed
 from core.text import name_problem
+from delivery.models import Subscription
 from execution.targets import url_error
 from outbox.models import OutboxEvent
 
@@ -48,9 +49,9 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
         error(unknown if isinstance(unknown, str) and not _CONTROL.search(unknown) else "body", "Unknown field.")
 
     kind = data.get("kind")
-    kinds = ("webhook", "nats") if operator else ("webhook",)
+    kinds = tuple(Subscription.Kind.values) if operator else (Subscription.Kind.WEBHOOK,)
     if kind is None and not partial:
-        kind = "webhook"
+        kind = Subscription.Kind.WEBHOOK
     if kind is not None and (partial or kind not in kinds):
         if partial:
             error("kind", "The kind of a subscription cannot be changed.")
@@ -72,7 +73,7 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
             name = name.strip()
 
     url = data.get("url")
-    if kind == "webhook" or (partial and url is not None):
+    if kind == Subscription.Kind.WEBHOOK or (partial and url is not None):
         problem = url_error(url)
         if problem:
             error("url", problem)
@@ -80,7 +81,7 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
         error("url", "Only webhook subscriptions have a URL.")
 
     template = data.get("subjectTemplate")
-    if template is not None or (kind == "nats" and not partial):
+    if template is not None or (kind == Subscription.Kind.NATS and not partial):
         from delivery.nats import validate_subject_template
 
         problem = (

@@ -13,6 +13,7 @@ from typing import Any
 from django import forms
 
 from core.secrets import is_secret_header
+from delivery.models import Subscription
 from delivery.validation import EVENT_TYPES
 from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
 
@@ -258,7 +259,7 @@ class SubscriptionForm(forms.Form):
         parsed, so that every mistake is shown at once)."""
         cleaned = getattr(self, "cleaned_data", {})
         return {
-            "kind": "webhook",
+            "kind": Subscription.Kind.WEBHOOK,
             "name": cleaned.get("name") or "",
             "url": cleaned.get("url") or "",
             "eventTypes": list(cleaned.get("event_types") or []),

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand
 
 from core.cli import command_error
 from core.errors import ApplicationError
+from delivery.models import Subscription
 from delivery.services import subscription_create
 from delivery.validation import EVENT_TYPES, MAX_NAME, validate_subscription
 from tenants.cli import require_tenant
@@ -42,7 +43,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         tenant_id = options["tenant"]
         require_tenant(tenant_id)
-        data: dict[str, Any] = {"kind": "webhook", "name": options["name"], "url": options["url"]}
+        data: dict[str, Any] = {"kind": Subscription.Kind.WEBHOOK, "name": options["name"], "url": options["url"]}
         if options["event_types"]:
             data["eventTypes"] = options["event_types"]
         if options["disabled"]:
