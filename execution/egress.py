@@ -80,6 +80,9 @@ REFUSED_HEADERS = frozenset(
         "trailer",
         "trailers",
         "upgrade",
+        # Set on every attempt of a service call, so a receiver can de-duplicate (docs/retries.md).
+        "x-service-call-id",
+        "x-service-call-attempt",
     }
 )
 

@@ -29,7 +29,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
@@ -58,6 +58,9 @@ class HttpRequest:
     headers: dict[str, str]
     body: Any
     timeout_ms: int
+    # Headers the agent sets on this request itself (X-Service-Call-Id, X-Service-Call-Attempt:
+    # docs/retries.md); a caller may not give them (egress.REFUSED_HEADERS).
+    agent_headers: dict[str, str] = field(default_factory=dict)
 
 
 class _DeadlineExceeded(Exception):
@@ -95,12 +98,17 @@ def wire_request(*, request: HttpRequest) -> requests.PreparedRequest:
     """The request as it goes on the wire. Its headers are the caller's plus those the agent
     adds (docs/security.md §2): User-Agent and Accept-Encoding: identity unless given,
     Content-Type for a JSON body unless given, Content-Length when there is a body (0 for a
-    bodiless POST, PUT, PATCH or DELETE), and Host. urllib3 and http.client add a header only
+    bodiless POST, PUT, PATCH or DELETE), Host, and the request's `agent_headers`. urllib3 and http.client add a header only
     when it is missing, so they add none. Raises ValueError for a URL that cannot be sent."""
     body, headers = encode_body(request.body, dict(request.headers))
     prepared = requests.PreparedRequest()
     # Later keys win case-insensitively: a caller's own User-Agent replaces the agent's.
-    prepared.prepare(method=request.method, url=request.url, headers={"User-Agent": USER_AGENT, **headers}, data=body)
+    prepared.prepare(
+        method=request.method,
+        url=request.url,
+        headers={"User-Agent": USER_AGENT, **headers, **request.agent_headers},
+        data=body,
+    )
     prepared.headers.setdefault("Accept-Encoding", "identity")  # what http.client sends unasked
     try:
         prepared.headers["Host"] = host_header(url=prepared.url or "")

@@ -23,6 +23,8 @@ def attempts_sending(*, started_before: datetime | None = None, limit: int = 500
     return list(qs.order_by("started_at")[:limit])
 
 
-def attempts_by_call(*, service_call_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, HttpExecution]:
-    ids = list(service_call_ids)
-    return {row.service_call_id: row for row in HttpExecution.objects.filter(service_call_id__in=ids, attempt=1)}
+def attempts_by_call(*, attempts: Iterable[tuple[uuid.UUID, int]]) -> dict[uuid.UUID, HttpExecution]:
+    """The attempt row of each (call, attempt number) that has one, by call id."""
+    wanted = dict(attempts)
+    rows = HttpExecution.objects.filter(service_call_id__in=list(wanted), attempt__in=set(wanted.values()))
+    return {row.service_call_id: row for row in rows if wanted[row.service_call_id] == row.attempt}

@@ -30,6 +30,8 @@ class AttemptOrder:
     service_call_id: uuid.UUID
     correlation_id: str
     request: HttpRequest
+    # The call's attempt number (1, 2, ...): the claim is unique per (call, attempt).
+    attempt: int = 1
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,8 @@ class Attempt:
 def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[Attempt]:
     """Claim the right to send: insert the attempt rows; returns the ones this caller owns.
 
-    The unique (tenant, call, attempt) constraint makes the insert the claim: a call some
-    other worker already claimed is skipped, so no request is sent twice.
+    The unique (tenant, call, attempt) constraint makes the insert the claim: an attempt some
+    other worker already claimed is skipped, so no attempt is sent twice.
     """
     if not orders:
         return []
@@ -55,7 +57,7 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
                 execution_id=new_id(),
                 tenant_id=order.tenant_id,
                 service_call_id=order.service_call_id,
-                attempt=1,
+                attempt=order.attempt,
                 state=HttpExecution.State.SENDING,
                 worker_id=worker_id,
                 started_at=now,

@@ -17,8 +17,9 @@ class ServiceCall(models.Model):
         RUNNING = "Running"
         SUCCEEDED = "Succeeded"
         FAILED = "Failed"
+        CANCELLED = "Cancelled"
 
-    TERMINAL = (Status.SUCCEEDED, Status.FAILED)
+    TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
 
     # A UUID v7 is unique on its own, so it is the Django primary key; the seed's composite
     # key (tenant_id, service_call_id) is kept as a unique constraint (docs/schema.md).
@@ -32,6 +33,7 @@ class ServiceCall(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     # {method, url, headers, body, timeoutMs}; secret header values are sealed at rest.
     request_spec = JSONField()
+    # The outcome of a finished call; while a retry is Scheduled, the last attempt's error.
     outcome_meta = JSONField(null=True, blank=True)
     error_kind = models.CharField(max_length=16, choices=ErrorKind.choices, null=True, blank=True)
     correlation_id = models.CharField(max_length=64)
@@ -39,6 +41,11 @@ class ServiceCall(models.Model):
     # SHA-256 of the canonical submission, to tell a replay from a different payload.
     request_fingerprint = models.CharField(max_length=64, blank=True, default="")
     rerun_of = models.UUIDField(null=True, blank=True)
+    # Attempts started so far; the next start makes attempt number attempts + 1.
+    attempts = models.PositiveSmallIntegerField(default=0)
+    # {maxAttempts, minBackoffMs, maxBackoffMs, retryOn, retryInterrupted} (docs/retries.md);
+    # null: one attempt.
+    retry_policy = JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "service_calls"
@@ -51,7 +58,7 @@ class ServiceCall(models.Model):
                 name="service_calls_tenant_idempotency_key",
             ),
             models.CheckConstraint(
-                condition=Q(status__in=["Scheduled", "Running", "Succeeded", "Failed"]),
+                condition=Q(status__in=["Scheduled", "Running", "Succeeded", "Failed", "Cancelled"]),
                 name="service_calls_status_valid",
             ),
             models.CheckConstraint(
@@ -80,6 +87,8 @@ class ServiceCall(models.Model):
             models.Index(fields=["tenant", "due_at"], name="service_calls_tenant_due"),
             # Watchdog and crash recovery: Running calls by start time.
             models.Index(fields=["started_at"], condition=Q(status="Running"), name="service_calls_running"),
+            # The watchdog's overdue sweep: Scheduled calls by due time.
+            models.Index(fields=["due_at"], condition=Q(status="Scheduled"), name="service_calls_scheduled_due"),
         ]
 
     def __str__(self) -> str:

@@ -40,7 +40,7 @@ def service_calls_running(*, started_before: datetime, limit: int = 500) -> list
     """Running calls that started before a time (uses service_calls_running)."""
     return list(
         ServiceCall.objects.filter(status=ServiceCall.Status.RUNNING, started_at__lt=started_before)
-        .only("service_call_id", "tenant_id", "started_at")
+        .only("service_call_id", "tenant_id", "started_at", "attempts")
         .order_by("started_at")[:limit]
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
 from core.db import update_many
 from core.errors import Conflict, NotFound
@@ -26,10 +27,12 @@ from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
 from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
+from orchestration.retries import RetryPolicy, next_attempt_at, should_retry
 from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
-from timer.services import timer_register
+from timer.selectors import calls_with_pending_timer
+from timer.services import timer_rearm, timer_register, timers_discard
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +43,9 @@ EVENT_BODY_SNIPPET = 1024
 class CallKey:
     tenant_id: str
     service_call_id: uuid.UUID
+    # For an outcome: the attempt it belongs to. A finish for any other attempt than the
+    # call's current one changes nothing.
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -54,10 +60,11 @@ class StartedCall:
     headers: dict[str, str]  # plaintext, for the wire only
     body: Any
     timeout_ms: int
+    attempt: int = 1
 
     @property
     def key(self) -> CallKey:
-        return CallKey(self.tenant_id, self.service_call_id)
+        return CallKey(self.tenant_id, self.service_call_id, self.attempt)
 
 
 def public_request_spec(spec: dict[str, Any], *, body_limit: int | None = None) -> dict[str, Any]:
@@ -178,6 +185,7 @@ def _insert_call(
         idempotency_key=submission.idempotency_key,
         request_fingerprint=fingerprint,
         rerun_of=rerun_of,
+        retry_policy=submission.retry_policy.as_wire() if submission.retry_policy else None,
     )
     ServiceCallTag.objects.bulk_create(
         [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in submission.tags]
@@ -193,6 +201,7 @@ def _insert_call(
                     "submittedAt": iso_ms(now),
                     "dueAt": iso_ms(due_at),
                     "tags": submission.tags,
+                    **({"retryPolicy": call.retry_policy} if call.retry_policy else {}),
                     **({"rerunOf": str(rerun_of)} if rerun_of else {}),
                 },
                 now,
@@ -235,23 +244,29 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
         rows = list(
             ServiceCall.objects.select_for_update(skip_locked=True)
             .filter(pk__in=list(wanted), status=ServiceCall.Status.SCHEDULED, due_at__lte=now)
-            .only("service_call_id", "tenant_id", "correlation_id", "request_spec")
+            .only("service_call_id", "tenant_id", "correlation_id", "request_spec", "attempts")
         )
         rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
         if not rows:
             return []
         updated = ServiceCall.objects.filter(
             pk__in=[row.pk for row in rows], status=ServiceCall.Status.SCHEDULED
-        ).update(status=ServiceCall.Status.RUNNING, started_at=now)
+        ).update(status=ServiceCall.Status.RUNNING, started_at=now, attempts=F("attempts") + 1)
         if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
             raise RuntimeError("start raced with another writer")
-        outbox_append(events=[_event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now)}, now) for row in rows])
+        outbox_append(
+            events=[
+                _event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now), "attempt": row.attempts + 1}, now)
+                for row in rows
+            ]
+        )
         started, unreadable = [], []
         for row in rows:
+            attempt = row.attempts + 1
             try:
-                started.append(_started(row))
+                started.append(_started(row, attempt=attempt))
             except SecretUnavailable as exc:
-                unreadable.append((CallKey(row.tenant_id, row.service_call_id), _unreadable_outcome(exc)))
+                unreadable.append((CallKey(row.tenant_id, row.service_call_id, attempt), _unreadable_outcome(exc)))
         # A sealed header no configured key opens: fail now rather than leave it for the watchdog.
         service_calls_finish(results=unreadable)
     return started
@@ -266,7 +281,7 @@ def service_call_start(*, tenant_id: str, service_call_id: uuid.UUID) -> Started
     return started[0] if started else None
 
 
-def _started(row: ServiceCall) -> StartedCall:
+def _started(row: ServiceCall, *, attempt: int) -> StartedCall:
     spec = row.request_spec
     return StartedCall(
         tenant_id=row.tenant_id,
@@ -277,45 +292,67 @@ def _started(row: ServiceCall) -> StartedCall:
         headers=unseal_headers(spec.get("headers") or {}),
         body=spec.get("body"),
         timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
+        attempt=attempt,
     )
 
 
 def running_call_for_execution(*, tenant_id: str, service_call_id: uuid.UUID) -> StartedCall | None:
-    """A Running call's request, for a worker that executes it after a crash."""
+    """A Running call's request (its current attempt), for a worker that executes it after a crash."""
     row = (
         ServiceCall.objects.filter(tenant_id=tenant_id, pk=service_call_id, status=ServiceCall.Status.RUNNING)
-        .only("service_call_id", "tenant_id", "correlation_id", "request_spec")
+        .only("service_call_id", "tenant_id", "correlation_id", "request_spec", "attempts")
         .first()
     )
     if row is None:
         return None
     try:
-        return _started(row)
+        return _started(row, attempt=row.attempts)
     except SecretUnavailable as exc:
-        service_calls_finish(results=[(CallKey(tenant_id, service_call_id), _unreadable_outcome(exc))])
+        service_calls_finish(results=[(CallKey(tenant_id, service_call_id, row.attempts), _unreadable_outcome(exc))])
         return None
 
 
 def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
-    """Running -> Succeeded | Failed with the outcome; returns how many calls changed."""
+    """Running -> Succeeded | Failed with the outcome, or Running -> Scheduled when the call's
+    retry policy tries a failed attempt again (docs/retries.md); returns how many calls changed.
+
+    An outcome whose key names an attempt other than the call's current one changes nothing.
+    """
     if not results:
         return 0
     with transaction.atomic():
         now = utcnow()
         # Under the row locks (the write lock on SQLite) the Running set cannot change before
-        # the update below: reading it first tells which calls this finish moves.
-        running = dict(
-            ServiceCall.objects.select_for_update()
+        # the updates below: reading it first tells which calls this finish moves.
+        running = {
+            row[0]: row[1:]
+            for row in ServiceCall.objects.select_for_update()
             .filter(pk__in=[key.service_call_id for key, _ in results], status=ServiceCall.Status.RUNNING)
-            .values_list("service_call_id", "correlation_id")
-        )
-        rows, events = [], []
+            .values_list("service_call_id", "correlation_id", "attempts", "retry_policy")
+        }
+        rows, events, retries = [], [], []
         for key, outcome in results:
-            correlation_id = running.pop(key.service_call_id, None)  # pop: a duplicate counts once
-            if correlation_id is None:
+            found = running.pop(key.service_call_id, None)  # pop: a duplicate counts once
+            if found is None:
+                continue
+            correlation_id, attempt, policy = found
+            if key.attempt is not None and key.attempt != attempt:
+                continue
+            call = ServiceCall(
+                service_call_id=key.service_call_id, tenant_id=key.tenant_id, correlation_id=correlation_id
+            )
+            meta = outcome.as_meta()
+            if policy and should_retry(RetryPolicy.from_wire(policy), outcome, attempt=attempt):
+                retries.append(
+                    (
+                        call,
+                        attempt,
+                        meta,
+                        next_attempt_at(RetryPolicy.from_wire(policy), outcome, attempt=attempt, now=now),
+                    )
+                )
                 continue
             status = ServiceCall.Status.SUCCEEDED if outcome.succeeded else ServiceCall.Status.FAILED
-            meta = outcome.as_meta()
             rows.append(
                 (
                     status,
@@ -326,11 +363,8 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
                     key.tenant_id,
                 )
             )
-            call = ServiceCall(
-                service_call_id=key.service_call_id, tenant_id=key.tenant_id, correlation_id=correlation_id
-            )
             type_ = OutboxEvent.Type.SUCCEEDED if outcome.succeeded else OutboxEvent.Type.FAILED
-            events.append(_event(call, type_, {"finishedAt": iso_ms(now), **meta}, now))
+            events.append(_event(call, type_, {"finishedAt": iso_ms(now), "attempt": attempt, **meta}, now))
         update_many(
             ServiceCall,
             set_fields=["status", "finished_at", "outcome_meta", "error_kind"],
@@ -338,9 +372,37 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
             rows=rows,
             where_extra={"status": ServiceCall.Status.RUNNING},
         )
+        for call, attempt, meta, due_at in retries:
+            _schedule_retry(call, attempt=attempt, last_error=meta, due_at=due_at, now=now)
+            events.append(
+                _event(
+                    call,
+                    OutboxEvent.Type.RETRY_SCHEDULED,
+                    {"attempt": attempt, "nextAttemptAt": iso_ms(due_at), "lastError": meta.get("errorMeta")},
+                    now,
+                )
+            )
         if events:
             outbox_append(events=events)
-    return len(rows)
+    return len(rows) + len(retries)
+
+
+def _schedule_retry(
+    call: ServiceCall, *, attempt: int, last_error: dict[str, Any], due_at: datetime, now: datetime
+) -> None:
+    """Running -> Scheduled for the next attempt: due later, its timer armed again. The last
+    attempt's error stays in outcome_meta until the call finishes."""
+    ServiceCall.objects.filter(
+        pk=call.service_call_id, tenant_id=call.tenant_id, status=ServiceCall.Status.RUNNING, attempts=attempt
+    ).update(status=ServiceCall.Status.SCHEDULED, due_at=due_at, started_at=None, outcome_meta=last_error)
+    timer_rearm(
+        tenant_id=call.tenant_id,
+        service_call_id=call.service_call_id,
+        due_at=due_at,
+        correlation_id=call.correlation_id,
+    )
+    if due_at <= now:
+        transaction.on_commit(lambda: _enqueue_start(call.tenant_id, call.service_call_id))
 
 
 def service_call_finish(*, tenant_id: str, service_call_id: uuid.UUID, outcome: Outcome) -> bool:
@@ -351,6 +413,64 @@ def service_call_interrupt(*, tenant_id: str, service_call_id: uuid.UUID, reason
     """Finish a Running call whose request may have been sent: never send it again."""
     outcome = Outcome.failure(ErrorKind.INTERRUPTED, reason)
     return service_call_finish(tenant_id=tenant_id, service_call_id=service_call_id, outcome=outcome)
+
+
+def service_call_cancel(
+    *, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str | None = None
+) -> ServiceCall:
+    """Scheduled -> Cancelled: the call never starts, its timer is discarded. Cancelling a
+    Cancelled call changes nothing; a Running or finished call raises Conflict naming its status.
+
+    The conditional update races the timer's start fairly: whichever commits first wins, and
+    the other finds the call no longer Scheduled (docs/retries.md, 'Cancel').
+    """
+    with transaction.atomic():
+        call = _get(tenant_id, service_call_id)
+        now = utcnow()
+        changed = ServiceCall.objects.filter(
+            pk=call.service_call_id, tenant_id=tenant_id, status=ServiceCall.Status.SCHEDULED
+        ).update(status=ServiceCall.Status.CANCELLED, finished_at=now)
+        call.refresh_from_db()
+        if not changed:
+            if call.status == ServiceCall.Status.CANCELLED:
+                return call
+            raise Conflict(
+                f"Service call {call.service_call_id} is {call.status}; only a Scheduled call can be cancelled."
+            )
+        timers_discard(keys=[(tenant_id, call.service_call_id)])
+        outbox_append(
+            events=[
+                _event(
+                    call,
+                    OutboxEvent.Type.CANCELLED,
+                    {"cancelledAt": iso_ms(now), "attempt": call.attempts},
+                    now,
+                    causation_id=correlation_id,
+                )
+            ]
+        )
+    return call
+
+
+def service_calls_rearm_overdue(*, due_before: datetime, limit: int = 500) -> int:
+    """Arm the timer again of Scheduled calls overdue since before `due_before` that have none
+    pending; returns how many. A start skips a call whose row another transaction holds
+    locked (SKIP LOCKED, so two clusters never wait on each other); if that holder rolled
+    back, the fired timer would leave the call Scheduled for ever without this sweep."""
+    overdue = list(
+        ServiceCall.objects.filter(status=ServiceCall.Status.SCHEDULED, due_at__lt=due_before)
+        .order_by("due_at")
+        .values_list("service_call_id", "tenant_id", "due_at", "correlation_id")[:limit]
+    )
+    if not overdue:
+        return 0
+    pending = calls_with_pending_timer(service_call_ids=[row[0] for row in overdue])
+    stuck = [row for row in overdue if row[0] not in pending]
+    for service_call_id, tenant_id, due_at, correlation_id in stuck:
+        timer_rearm(tenant_id=tenant_id, service_call_id=service_call_id, due_at=due_at, correlation_id=correlation_id)
+    if stuck:
+        logger.warning("armed the timers of %d overdue Scheduled calls again", len(stuck))
+    return len(stuck)
 
 
 def _get(tenant_id: str, service_call_id: uuid.UUID | str) -> ServiceCall:

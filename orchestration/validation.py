@@ -26,6 +26,7 @@ from core.text import first_of as _first_of
 from core.text import name_problem
 from execution.egress import refused_header
 from execution.targets import url_error
+from orchestration.retries import RetryPolicy, policy_errors
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MAX_NAME = 200
@@ -65,6 +66,7 @@ class Submission:
     due_at: datetime | None
     tags: list[str]
     idempotency_key: str | None
+    retry_policy: RetryPolicy | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint_payload(self) -> dict[str, Any]:
@@ -80,6 +82,7 @@ class Submission:
             },
             "dueAt": self.due_at.isoformat() if self.due_at else None,
             "tags": sorted(self.tags),
+            **({"retryPolicy": self.retry_policy.as_wire()} if self.retry_policy else {}),
         }
 
 
@@ -177,7 +180,7 @@ def nested_deeper_than(value: Any, max_depth: int) -> bool:
             level.extend(item.values() if isinstance(item, dict) else item)
 
 
-_TOP_FIELDS = ("name", "dueAt", "tags", "idempotencyKey")
+_TOP_FIELDS = ("name", "dueAt", "tags", "idempotencyKey", "retryPolicy")
 _SPEC_FIELDS = ("method", "url", "headers", "body", "timeoutMs")
 
 
@@ -418,7 +421,14 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
                 f"invisible formatting characters (U+{ord(ch):04X}).",
             )
 
-    unknown_top = set(data) - {"name", "requestSpec", "dueAt", "tags", "idempotencyKey"}
+    retry_policy = None
+    if "retryPolicy" not in refused:
+        retry_policy, policy_problems = policy_errors(data.get("retryPolicy"))
+        for name, messages in policy_problems.items():
+            for message in messages:
+                errors.add(name, message)
+
+    unknown_top = set(data) - {"name", "requestSpec", "dueAt", "tags", "idempotencyKey", "retryPolicy"}
     if unknown_top:
         errors.add("body", f"Unknown fields: {_names(unknown_top)}.")
 
@@ -434,4 +444,5 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         due_at=due_at,
         tags=tags,
         idempotency_key=key,
+        retry_policy=retry_policy,
     )

@@ -16,6 +16,8 @@ class OutboxEvent(models.Model):
         SUCCEEDED = "ServiceCallSucceeded"
         FAILED = "ServiceCallFailed"
         TAGGED = "ServiceCallTagged"
+        CANCELLED = "ServiceCallCancelled"
+        RETRY_SCHEDULED = "ServiceCallRetryScheduled"
 
     # Publication order is this sequence, per aggregate and overall.
     id = models.BigAutoField(primary_key=True)
@@ -51,6 +53,8 @@ class OutboxEvent(models.Model):
                         "ServiceCallSucceeded",
                         "ServiceCallFailed",
                         "ServiceCallTagged",
+                        "ServiceCallCancelled",
+                        "ServiceCallRetryScheduled",
                     ]
                 ),
                 name="outbox_event_type_valid",

@@ -51,3 +51,12 @@ def timers_backlog(*, now: datetime, tenant_ids: Collection[str] | None = None) 
         "overdue": overdue.count(),
         "oldestOverdueSeconds": round((now - oldest).total_seconds(), 3) if oldest else 0.0,
     }
+
+
+def calls_with_pending_timer(*, service_call_ids: Collection[Any]) -> set[Any]:
+    """Which of these calls have a Scheduled timer."""
+    return set(
+        TimerSchedule.objects.filter(
+            service_call_id__in=list(service_call_ids), state=TimerSchedule.State.SCHEDULED
+        ).values_list("service_call_id", flat=True)
+    )

@@ -55,3 +55,30 @@ def timers_mark_reached(*, ids: Sequence[int]) -> int:
         return TimerSchedule.objects.filter(pk__in=list(ids), state=TimerSchedule.State.SCHEDULED).update(
             state=TimerSchedule.State.REACHED, reached_at=utcnow()
         )
+
+
+def timer_rearm(*, tenant_id: str, service_call_id: uuid.UUID, due_at: datetime, correlation_id: str) -> None:
+    """Arm the call's timer again for its next attempt (a retry): a new row, so the workers'
+    incremental feed, which reads timers by a growing id, sees it at once. The caller's
+    transaction holds the call's own state change; a worker that fired the old timer and has
+    not marked it Reached yet finds no row to mark."""
+    with transaction.atomic():
+        TimerSchedule.objects.filter(tenant_id=tenant_id, service_call_id=service_call_id).delete()
+        TimerSchedule.objects.create(
+            tenant_id=tenant_id,
+            service_call_id=service_call_id,
+            correlation_id=correlation_id,
+            due_at=due_at,
+            registered_at=utcnow(),
+            state=TimerSchedule.State.SCHEDULED,
+        )
+
+
+def timers_discard(*, keys: Sequence[tuple[str, uuid.UUID]]) -> int:
+    """Drop the timers of calls that will never start (cancelled); returns how many went. A
+    worker holding one in its heap fires it into a start that finds nothing to start."""
+    deleted = 0
+    with transaction.atomic():
+        for tenant_id, service_call_id in keys:
+            deleted += TimerSchedule.objects.filter(tenant_id=tenant_id, service_call_id=service_call_id).delete()[0]
+    return deleted

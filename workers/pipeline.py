@@ -27,13 +27,24 @@ logger = logging.getLogger("serviceagent.pipeline")
 
 
 def order_for(call: StartedCall) -> AttemptOrder:
+    """The attempt to send: the call's request, plus the headers by which a receiver knows the
+    call and the attempt, to tell a retry from a duplicate (docs/retries.md)."""
     return AttemptOrder(
         tenant_id=call.tenant_id,
         service_call_id=call.service_call_id,
         correlation_id=call.correlation_id,
         request=HttpRequest(
-            method=call.method, url=call.url, headers=call.headers, body=call.body, timeout_ms=call.timeout_ms
+            method=call.method,
+            url=call.url,
+            headers=call.headers,
+            body=call.body,
+            timeout_ms=call.timeout_ms,
+            agent_headers={
+                "X-Service-Call-Id": str(call.service_call_id),
+                "X-Service-Call-Attempt": str(call.attempt),
+            },
         ),
+        attempt=call.attempt,
     )
 
 
@@ -76,7 +87,7 @@ def record(results: Sequence[tuple[Attempt, Outcome]]) -> None:
         attempts_finish(results=results)
         service_calls_finish(
             results=[
-                (CallKey(attempt.order.tenant_id, attempt.order.service_call_id), outcome)
+                (CallKey(attempt.order.tenant_id, attempt.order.service_call_id, attempt.order.attempt), outcome)
                 for attempt, outcome in results
             ]
         )

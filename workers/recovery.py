@@ -4,7 +4,9 @@
   period, may have been sent: it is marked Interrupted and its call Failed (never resent);
 - a Running call without any attempt was never sent: it is executed normally;
 - a Running call whose attempt finished (the worker died before recording the call) is
-  finished with the outcome the attempt log recorded.
+  finished with the outcome the attempt log recorded;
+- a Scheduled call long overdue without a pending timer gets its timer again.
+Attempts are the call's current one: an earlier attempt of a retried call is history.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from orchestration.services import (
     CallKey,
     running_call_for_execution,
     service_calls_finish,
+    service_calls_rearm_overdue,
 )
 from workers.pipeline import claim
 from workers.services import live_session_ids, sessions_mark_stale
@@ -33,6 +36,8 @@ logger = logging.getLogger("serviceagent.watchdog")
 
 # A Running call without an attempt row is left this long to the worker that started it.
 CLAIM_GRACE = timedelta(seconds=2)
+# A Scheduled call overdue this long without a pending timer gets its timer again.
+OVERDUE_GRACE = timedelta(seconds=30)
 
 
 def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
@@ -59,12 +64,12 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
         logger.warning("interrupted %d attempts of dead or stuck workers", len(interrupted))
 
     running = service_calls_running(started_before=now - CLAIM_GRACE, limit=1000)
-    attempts = attempts_by_call(service_call_ids=[call.service_call_id for call in running])
+    attempts = attempts_by_call(attempts=[(call.service_call_id, call.attempts) for call in running])
     to_finish: list[tuple[CallKey, Outcome]] = []
     never_sent = []
     for call in running:
         attempt = attempts.get(call.service_call_id)
-        key = CallKey(call.tenant_id, call.service_call_id)
+        key = CallKey(call.tenant_id, call.service_call_id, call.attempts)
         if attempt is None:
             never_sent.append(key)
         elif attempt.state != HttpExecution.State.SENDING:
@@ -81,4 +86,5 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
             logger.warning("executing %d calls left Running without an attempt", len(claimed))
             execute(claimed)
             moved += len(claimed)
+    moved += service_calls_rearm_overdue(due_before=now - OVERDUE_GRACE)
     return moved

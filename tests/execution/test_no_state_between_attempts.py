@@ -66,11 +66,15 @@ def test_the_attempt_log_records_exactly_the_headers_that_were_sent(world):
         "User-Agent": USER_AGENT,
         "Accept-Encoding": "identity",
         "Host": f"127.0.0.1:{port}",
+        "X-Service-Call-Id": str(logged[0].service_call_id),
+        "X-Service-Call-Attempt": "1",
     }
     assert lower(received[1]) == {
         "user-agent": USER_AGENT,
         "accept-encoding": "identity",
         "host": f"127.0.0.1:{port}",
+        "x-service-call-id": str(logged[1].service_call_id),
+        "x-service-call-attempt": "1",
         "authorization": "Bearer t-secret-1",
         "x-trace": "t-1",
         "content-type": "application/json",
