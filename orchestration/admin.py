@@ -1,7 +1,7 @@
 """Operator admin of service calls: filters by tag, status, tenant and dates; read-only state.
 
 Call state changes only through orchestration's services (the "Run again" action calls
-service_call_rerun). Secret header values are never shown: the request is rendered through
+service_call_rerun, "Cancel" service_call_cancel). Secret header values are never shown: the request is rendered through
 public_request_spec and every header table through redact_headers.
 """
 
@@ -14,13 +14,14 @@ from django.contrib import admin, messages
 from django.db.models import Count, Prefetch, Q
 from django.utils.html import format_html, format_html_join
 
+from core.errors import Conflict
 from core.ids import new_id, short_id
 from core.rendering import display_json
 from execution.models import HttpExecution
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.representation import outcome_representation
-from orchestration.services import public_request_spec, service_call_rerun
+from orchestration.services import public_request_spec, service_call_cancel, service_call_rerun
 from outbox.models import OutboxEvent
 from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, visible_tenant_ids
 from timer.models import TimerSchedule
@@ -96,6 +97,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         "name",
         "tenant",
         "status_shown",
+        "attempt_shown",
         "submitted_at",
         "due_at",
         "started_at",
@@ -127,7 +129,11 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         "started_at",
         "finished_at",
         "request_shown",
+        "attempt_shown",
+        "next_attempt_at",
+        "retry_policy_shown",
         "outcome_shown",
+        "last_error_shown",
         "correlation_id",
         "idempotency_key",
         "rerun_of",
@@ -135,7 +141,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
     inlines = [TagInline, TimerInline, AttemptInline]
-    actions = ["run_again"]
+    actions = ["run_again", "cancel"]
 
     def get_queryset(self, request):
         return (
@@ -168,8 +174,30 @@ class ServiceCallAdmin(ReadOnlyAdmin):
             ServiceCall.Status.RUNNING: "#875800",
             ServiceCall.Status.SUCCEEDED: "#1d6b3f",
             ServiceCall.Status.FAILED: "#a12a2a",
+            ServiceCall.Status.CANCELLED: "#5b5b5b",
         }
         return format_html('<strong style="color:{}">{}</strong>', colours.get(obj.status, "inherit"), obj.status)
+
+    @admin.display(description="attempt", ordering="attempts")
+    def attempt_shown(self, obj: ServiceCall) -> str:
+        """Attempts made, of the most the call's retry policy allows: "2 of 5"."""
+        most = (obj.retry_policy or {}).get("maxAttempts", 1)
+        return f"{obj.attempts} of {most}"
+
+    @admin.display(description="next attempt at")
+    def next_attempt_at(self, obj: ServiceCall):
+        waiting = obj.status == ServiceCall.Status.SCHEDULED and obj.attempts
+        return obj.due_at if waiting else "—"
+
+    @admin.display(description="retry policy")
+    def retry_policy_shown(self, obj: ServiceCall) -> str:
+        return pretty_json(obj.retry_policy) if obj.retry_policy else "— (one attempt)"
+
+    @admin.display(description="last error (before the next attempt)")
+    def last_error_shown(self, obj: ServiceCall) -> str:
+        if obj.is_terminal or not obj.outcome_meta:
+            return "—"
+        return pretty_json((outcome_representation(obj.outcome_meta) or {}).get("errorMeta"))
 
     @admin.display(description="tags")
     def tag_list(self, obj: ServiceCall) -> str:
@@ -181,7 +209,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
 
     @admin.display(description="outcome")
     def outcome_shown(self, obj: ServiceCall) -> str:
-        outcome = outcome_representation(obj.outcome_meta)
+        outcome = outcome_representation(obj.outcome_meta) if obj.is_terminal else None
         return pretty_json(outcome) if outcome else "—"
 
     @admin.display(description="events")
@@ -225,3 +253,29 @@ class ServiceCallAdmin(ReadOnlyAdmin):
             )
             created.append(short_id(new_call.service_call_id))
         self.message_user(request, f"Submitted {len(created)} new call(s): {', '.join(created)}.", messages.SUCCESS)
+
+    def has_cancel_permission(self, request) -> bool:
+        # Cancelling changes a call's state.
+        return request.user.has_perm("orchestration.change_servicecall")
+
+    @admin.action(description="Cancel (Scheduled calls only)", permissions=["cancel"])
+    def cancel(self, request, queryset):
+        cancelled, refused = [], []
+        for call in queryset:
+            try:
+                service_call_cancel(
+                    tenant_id=call.tenant_id,
+                    service_call_id=call.service_call_id,
+                    correlation_id=getattr(request, "correlation_id", None) or str(new_id()),
+                )
+                cancelled.append(short_id(call.service_call_id))
+            except Conflict:
+                refused.append(f"{short_id(call.service_call_id)} ({call.status})")
+        if cancelled:
+            self.message_user(request, f"Cancelled {len(cancelled)} call(s): {', '.join(cancelled)}.", messages.SUCCESS)
+        if refused:
+            self.message_user(
+                request,
+                f"Not cancelled, no longer Scheduled: {', '.join(refused)}.",
+                messages.WARNING,
+            )

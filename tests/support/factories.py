@@ -77,6 +77,7 @@ def submission_data(
     due_in: float | None = None,
     due_at: datetime | None = None,
     idempotency_key: str | None = None,
+    retry_policy: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A submission in the wire shape every edge takes. No due time means due now; `due_in` is
     seconds from now, `due_at` an instant (give one of them)."""
@@ -95,6 +96,8 @@ def submission_data(
         data["dueAt"] = due_at.isoformat()
     if idempotency_key is not None:
         data["idempotencyKey"] = idempotency_key
+    if retry_policy is not None:
+        data["retryPolicy"] = retry_policy
     return data
 
 
@@ -116,6 +119,7 @@ def make_call(
     due_in: float | None = None,
     due_at: datetime | None = None,
     idempotency_key: str | None = None,
+    retry_policy: dict[str, Any] | None = None,
     correlation_id: str = "test-corr",
 ) -> ServiceCall:
     """A call stored Scheduled as every edge stores one: validation, then service_call_submit.
@@ -132,6 +136,7 @@ def make_call(
         due_in=due_in,
         due_at=due_at,
         idempotency_key=idempotency_key,
+        retry_policy=retry_policy,
     )
     call, _ = service_call_submit(tenant_id=tenant_id, submission=submission, correlation_id=correlation_id)
     return call
