@@ -15,16 +15,32 @@ def env_str(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+# What people type for a switch, whatever the case; anything else is refused, never guessed.
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
 def env_bool(name: str, default: bool) -> bool:
     raw = os.environ.get(name)
-    if raw is None or raw == "":
+    if raw is None or raw.strip() == "":
         return default
     value = raw.strip().lower()
-    if value == "true":
+    if value in _TRUE:
         return True
-    if value == "false":
+    if value in _FALSE:
         return False
-    raise SettingsError(f"{name} must be 'true' or 'false', got {raw!r}")
+    raise SettingsError(f"{name} must be true or false (or 1/0, yes/no, on/off), got {raw!r}")
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """One of `choices` (compared case-insensitively, returned as spelled in `choices`)."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    for choice in choices:
+        if raw.strip().lower() == choice.lower():
+            return choice
+    raise SettingsError(f"{name} must be one of {', '.join(choices)}; got {raw!r}")
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:

@@ -7,3 +7,9 @@ urlpatterns = [
     path("", include("eventservice.api.urls")),
     path("", include("eventservice.dashboard.urls")),
 ]
+
+# The dashboard's error pages; /api/ keeps problem+json and /admin/ the admin's look
+# (eventservice/dashboard/views/errors.py).
+handler404 = "eventservice.dashboard.views.errors.page_not_found"
+handler403 = "eventservice.dashboard.views.errors.permission_denied"
+handler500 = "eventservice.dashboard.views.errors.server_error"

@@ -81,13 +81,16 @@ class InstantField(forms.Field):
             raise forms.ValidationError("Give an ISO 8601 date-time (with a time zone) or a date.")
         if parsed.tzinfo is None:
             raise forms.ValidationError("The date-time must carry a time zone (for example 'Z').")
-        return parsed.astimezone(UTC)
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:  # 0001-01-01T00:00+01:00 is before the first representable instant
+            raise forms.ValidationError("The date-time is out of range.") from None
 
 
 def _day_bound(day: date, *, end: bool) -> datetime:
-    start = datetime.combine(day, time.min, tzinfo=UTC)
-    # The end of a day is inclusive to the last microsecond of that day.
-    return start + timedelta(days=1) - timedelta(microseconds=1) if end else start
+    # The end of a day is inclusive to the last microsecond of that day (time.max: no
+    # arithmetic, so 9999-12-31 works too).
+    return datetime.combine(day, time.max if end else time.min, tzinfo=UTC)
 
 
 class BooleanWordField(forms.Field):
@@ -203,7 +206,11 @@ class ServiceCallFilter(django_filters.FilterSet):
     def filter_submitted_to(self, queryset: QuerySet, name: str, value: datetime | None) -> QuerySet:
         if value is None:
             return queryset
-        return queryset.filter(service_call_id__lte=uuid7_ceiling(value + _ID_CLOCK_MARGIN), submitted_at__lte=value)
+        try:
+            ceiling = uuid7_ceiling(value + _ID_CLOCK_MARGIN)
+        except OverflowError:  # the calendar's last minute: no id bound is needed
+            return queryset.filter(submitted_at__lte=value)
+        return queryset.filter(service_call_id__lte=ceiling, submitted_at__lte=value)
 
     def _with_all_tags(self, queryset: QuerySet, tags: list[str]) -> QuerySet:
         if not tags:

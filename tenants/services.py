@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from core.errors import NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
 from tenants.models import ApiKey, Membership, Tenant, tenant_slug_validator
 
 KEY_PREFIX = "sa_"
@@ -89,3 +89,134 @@ def api_key_touch(*, api_key: ApiKey) -> None:
     api_key.last_used_at = now
     # The remembered row holds the old time: the next lookup reads the new one.
     api_key_forget(key_hash=api_key.key_hash)
+
+
+# --- People: accounts and the Operators group ---------------------------------------------------
+# Django's auth tables belong to no app of ours; who may see which tenant is this module's
+# business (memberships, tenants.admin's scoping), so the accounts made from the shell and the
+# operators' group are written here (docs/operations.md).
+
+OPERATOR_GROUP = "Operators"
+# What an operator does in the admin, for the tenants they are members of (docs/operations.md,
+# "The Operators group"): read every page of the product, and the few actions of running it.
+# Nothing is added or deleted; tenants, memberships, keys and subscriptions are made from the
+# shell or the API. Every product admin is tenant-scoped (docs/security.md#5-tenant-isolation).
+OPERATOR_PERMISSIONS: tuple[str, ...] = (
+    "tenants.view_tenant",
+    "tenants.view_membership",
+    "tenants.view_apikey",
+    "tenants.change_apikey",  # "Revoke selected API keys" (and a key's label)
+    "orchestration.view_servicecall",
+    "orchestration.add_servicecall",  # "Run again": it submits a new call
+    "orchestration.change_servicecall",  # "Cancel" (Scheduled calls only)
+    "orchestration.view_flowcontrol",  # a tenant's limits are set by its owner or a superuser
+    "schedules.view_schedule",
+    "schedules.change_schedule",  # "Pause", "Resume"
+    "timer.view_timerschedule",
+    "execution.view_httpexecution",
+    "outbox.view_outboxevent",
+    "outbox.change_outboxevent",  # "Publish again"
+    "delivery.view_subscription",
+    "delivery.change_subscription",  # turn a disabled subscription back on, fix its URL
+    "delivery.view_notification",
+    "delivery.change_notification",  # "Resend now", "Recover"
+    "workers.view_workersession",
+    "workers.view_looprun",
+)
+
+
+def _operator_permissions():
+    from django.contrib.auth.models import Permission
+
+    wanted = {tuple(name.split(".", 1)) for name in OPERATOR_PERMISSIONS}
+    found = {
+        (permission.content_type.app_label, permission.codename): permission
+        for permission in Permission.objects.select_related("content_type").filter(
+            codename__in=[codename for _, codename in wanted]
+        )
+        if (permission.content_type.app_label, permission.codename) in wanted
+    }
+    missing = sorted(f"{app}.{codename}" for app, codename in wanted - found.keys())
+    if missing:
+        # Django creates permissions after migrating (post_migrate): a database that was never
+        # migrated by this version of the code lacks them.
+        raise NotFound(f"Permission(s) {', '.join(missing)} do not exist yet: run manage.py migrate first.")
+    return list(found.values())
+
+
+@transaction.atomic
+def operator_group_sync() -> tuple[object, list[str], list[str]]:
+    """Create the Operators group, or set its permissions to exactly OPERATOR_PERMISSIONS.
+    Returns the group and the permissions added and removed ("app.codename", sorted)."""
+    from django.contrib.auth.models import Group
+
+    permissions = _operator_permissions()
+    group, _ = Group.objects.get_or_create(name=OPERATOR_GROUP)
+    before = {f"{p.content_type.app_label}.{p.codename}" for p in group.permissions.select_related("content_type")}
+    group.permissions.set(permissions)
+    after = set(OPERATOR_PERMISSIONS)
+    return group, sorted(after - before), sorted(before - after)
+
+
+def operator_group_get():
+    """The Operators group; created with OPERATOR_PERMISSIONS when missing, else as it is (a
+    superuser may have changed it; operator_group_sync sets it back)."""
+    from django.contrib.auth.models import Group
+
+    group = Group.objects.filter(name=OPERATOR_GROUP).first()
+    if group is None:
+        group, _, _ = operator_group_sync()
+    return group
+
+
+@transaction.atomic
+def user_create(
+    *,
+    username: str,
+    password: str,
+    email: str = "",
+    is_staff: bool = False,
+    operator: bool = False,
+    tenant_ids: list[str] | tuple[str, ...] = (),
+    role: str = Membership.Role.MEMBER,
+):
+    """Create a login, optionally staff, an operator (staff in the Operators group) and a member
+    of tenants. Every input is checked first, the password by AUTH_PASSWORD_VALIDATORS: on any
+    error nothing is stored."""
+    from django.contrib.auth import password_validation
+
+    user_model = get_user_model()
+    errors: dict[str, list[str]] = {}
+    username_field = user_model._meta.get_field(user_model.USERNAME_FIELD)
+    try:
+        username_field.clean(username, None)
+    except ValidationError as exc:
+        errors["username"] = exc.messages
+    else:
+        if user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).exists():
+            raise Conflict(f"User {username!r} already exists.")
+    if email:
+        try:
+            user_model._meta.get_field("email").clean(email, None)
+        except ValidationError as exc:
+            errors["email"] = exc.messages
+    try:
+        password_validation.validate_password(password, user=user_model(username=username, email=email))
+    except ValidationError as exc:
+        errors["password"] = exc.messages
+    unknown = [tenant_id for tenant_id in dict.fromkeys(tenant_ids) if not Tenant.objects.filter(id=tenant_id).exists()]
+    if unknown:
+        errors["tenant"] = [f"Tenant {tenant_id!r} does not exist." for tenant_id in unknown]
+    if role not in Membership.Role.values:
+        errors["role"] = [f"Role must be one of {', '.join(Membership.Role.values)}."]
+    if errors:
+        raise ValidationFailed(errors)
+    group = operator_group_get() if operator else None
+    user = user_model._default_manager.create_user(
+        username, email=email, password=password, is_staff=is_staff or operator
+    )
+    if group is not None:
+        user.groups.add(group)
+    for tenant_id in dict.fromkeys(tenant_ids):
+        membership_add(username=username, tenant_id=tenant_id, role=role)
+    return user

@@ -53,17 +53,29 @@ def page(browser, live_server):
     context.set_default_timeout(5000)
     page = context.new_page()
     errors: list[str] = []
+    expected_statuses = {400}
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("console", lambda message: errors.append(message.text) if _is_error(message) else None)
+    page.on("console", lambda message: errors.append(message.text) if _is_error(message, expected_statuses) else None)
+    EXPECTED_STATUSES[id(page)] = expected_statuses
     yield page
+    del EXPECTED_STATUSES[id(page)]
     context.close()
     assert not errors, f"JavaScript errors: {errors}"
 
 
-def _is_error(message) -> bool:
+# Per page: the HTTP error statuses its test opens on purpose (Chromium logs each as an error).
+EXPECTED_STATUSES: dict[int, set[int]] = {}
+
+
+def expect_http_error(page, status: int) -> None:
+    """The test opens a page answering `status` on purpose (an error page under test)."""
+    EXPECTED_STATUSES[id(page)].add(status)
+
+
+def _is_error(message, expected_statuses: set[int]) -> bool:
     # A form sent back with its errors answers 400 on purpose; Chromium logs that as an error.
     # Pages without an icon link (the admin's) make Chromium probe /favicon.ico, which is none.
-    if message.type != "error" or "status of 400" in message.text:
+    if message.type != "error" or any(f"status of {status}" in message.text for status in expected_statuses):
         return False
     return not (message.location or {}).get("url", "").endswith("/favicon.ico")
 

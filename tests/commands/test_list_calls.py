@@ -9,6 +9,7 @@ from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_start
 from tests.commands.cli import call, run_manage
+from tests.support.api import ApiClient, calls_url
 from tests.support.factories import make_call, make_finished_call
 
 
@@ -124,6 +125,24 @@ def test_json_prints_the_api_representation(calls):
     assert ok["outcome"]["responseMeta"]["status"] == 200
     assert body[1]["outcome"]["errorMeta"]["kind"] == "HttpError"
     assert ok["submittedAt"].endswith("Z")
+
+
+def test_json_links_are_absolute_from_agent_base_url_as_the_apis(calls, world, settings):
+    """The API builds its links from the request; the command from the agent's address."""
+    settings.AGENT_BASE_URL = "http://testserver"
+    printed = json.loads(call("list_calls", "--tenant", "acme", "--tag", "billing", "--json").out)
+    listed = ApiClient(world.acme_key).get(calls_url("acme"), {"tag": "billing"}).json()["results"]
+    assert printed == listed
+    links = printed[2]["links"]
+    assert links["self"] == f"http://testserver/api/tenants/acme/service-calls/{calls[0].pk}"
+    assert links["events"] == "http://testserver/api/tenants/acme/events"
+    assert all(link.startswith("http://testserver/api/tenants/acme/") for link in links.values())
+
+
+def test_json_links_keep_the_path_of_agent_base_url(calls, settings):
+    settings.AGENT_BASE_URL = "https://agent.example.test/agent/"
+    printed = json.loads(call("list_calls", "--tenant", "acme", "--limit", "1", "--json").out)
+    assert printed[0]["links"]["events"] == "https://agent.example.test/agent/api/tenants/acme/events"
 
 
 def test_json_with_no_match_is_an_empty_array(calls):

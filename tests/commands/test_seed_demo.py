@@ -2,6 +2,7 @@
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -15,6 +16,7 @@ from tests.support.factories import make_call, make_tenant, make_user
 from tests.support.waiting import wait_for
 
 User = get_user_model()
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def login_password(out, username):
@@ -164,6 +166,23 @@ def test_its_help_describes_what_it_creates():
     assert result.code == 0
     assert "safe to run again" in result.out
     assert "--password PASSWORD" in result.out
+
+
+def _minutes_ahead_of_the_scheduled_calls() -> list[int]:
+    ahead = [c.due_at - c.submitted_at for c in ServiceCall.objects.all()]
+    return sorted({round(delta / timedelta(minutes=1)) for delta in ahead if delta >= timedelta(minutes=1)})
+
+
+@pytest.mark.django_db
+def test_its_output_help_and_docs_say_when_the_scheduled_calls_are_due_as_they_are():
+    result = call("seed_demo")
+    minutes = _minutes_ahead_of_the_scheduled_calls()
+    due = f"{minutes[0]}-{minutes[-1]} minutes"
+    assert f"some are due in {due}." in result.out
+    assert f"some due {due} ahead" in " ".join(run_manage("seed_demo", "--help").out.split())
+    docs = "\n".join(path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+    said = re.findall(r"(?:scheduled|due in) (\d+-\d+ minutes)", docs)
+    assert said and set(said) == {due}, said
 
 
 def _terminal(row):

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+
+import pytest
 
 from eventservice.dashboard.forms import page_message
 from orchestration.models import ServiceCall
@@ -48,3 +51,66 @@ def test_only_a_leading_wire_name_is_replaced():
     )
     assert page_message("A name is required.") == "A name is required."
     assert page_message("Tag 'dueAt' must be 1-64 characters.") == "Tag 'dueAt' must be 1-64 characters."
+
+
+WIRE_NAME = re.compile(r"\b(requestSpec|dueAt|timeoutMs|idempotencyKey)\b")
+
+
+def _errors(response) -> list[str]:
+    return [message for messages in response.context["form"].errors.values() for message in messages]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            '{"items": ["ok", "\\u0000"]}',
+            "The body at .items[1] contains a NUL character (U+0000), which cannot be stored.",
+        ),
+        (
+            '{"a": {"b\\u0000": 1}}',
+            "A key in the body at .a contains a NUL character (U+0000), which cannot be stored.",
+        ),
+        ("[" * 65 + "]" * 65, "The body is nested deeper than 64 levels."),
+    ],
+)
+def test_a_body_the_rules_refuse_is_named_as_the_page_names_it(owner_client, world, body, message):
+    response = owner_client.post("/calls/new/", _form(when="now", body=body))
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["body"] == [message]
+    assert not WIRE_NAME.search(response.content.decode())
+    assert not ServiceCall.objects.exists()
+
+
+def test_a_tampered_form_key_is_not_named_by_its_wire_name(owner_client, world):
+    response = owner_client.post("/calls/new/", _form(when="now", idempotency_key="k" * 300))
+
+    assert response.status_code == 400
+    assert _errors(response) == ["The form's submission key must be 1-200 characters."]
+    assert not WIRE_NAME.search(response.content.decode())
+
+
+def test_no_message_of_a_bad_submission_names_a_wire_field(owner_client, world):
+    response = owner_client.post(
+        "/calls/new/",
+        _form(url="ftp://x", timeout_ms="0", due_local="2030-13-45T99:00", body='{"a": "\\u0000"}'),
+    )
+
+    assert response.status_code == 400
+    assert len(_errors(response)) >= 3
+    assert not [message for message in _errors(response) if WIRE_NAME.search(message)]
+    assert not WIRE_NAME.search(response.content.decode())
+
+
+def test_nested_wire_names_are_named_too():
+    assert page_message("requestSpec.headers.X-Trace contains a NUL character (U+0000), which cannot be stored.") == (
+        "Header 'X-Trace' contains a NUL character (U+0000), which cannot be stored."
+    )
+    assert page_message('A key in requestSpec.body["a b"] contains a NUL character.') == (
+        'A key in the body at ["a b"] contains a NUL character.'
+    )
+    assert page_message("tags[2] contains a lone UTF-16 surrogate (U+D800): it is not valid Unicode text.") == (
+        "Tag 3 contains a lone UTF-16 surrogate (U+D800): it is not valid Unicode text."
+    )
+    assert page_message("names are fine") == "names are fine"

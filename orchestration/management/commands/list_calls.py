@@ -7,6 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.http import QueryDict
 
@@ -86,7 +87,9 @@ class Command(BaseCommand):
             help=f"At most this many calls (1-{MAX_LIMIT}, default {DEFAULT_LIMIT}).",
         )
         parser.add_argument(
-            "--json", action="store_true", help="Print a JSON array of the calls as the REST API represents them."
+            "--json",
+            action="store_true",
+            help="Print a JSON array of the calls as the REST API represents them (links built from AGENT_BASE_URL).",
         )
 
     def handle(self, *args, **options: Any) -> None:
@@ -107,7 +110,11 @@ class Command(BaseCommand):
             raise CommandError("\n".join(lines))
         calls = list(filterset.qs[: options["limit"]])
         if options["json"]:
-            self.stdout.write(json.dumps([service_call_representation(call) for call in calls], indent=2))
+            # The API's links are absolute, built from its request; a command has the agent's address.
+            base_url = settings.AGENT_BASE_URL
+            self.stdout.write(
+                json.dumps([service_call_representation(call, base_url=base_url) for call in calls], indent=2)
+            )
         else:
             self._table(calls, options["limit"])
 

@@ -110,6 +110,14 @@ DEMO_CALLS: dict[str, list[DemoCall]] = {
 }
 
 
+# The scheduled demo calls are due this many minutes after seeding, from the soonest to the
+# latest (what the output, the help and docs/commands.md say).
+SCHEDULED_MINUTES = sorted(
+    {call.due_in_minutes for calls in DEMO_CALLS.values() for call in calls if call.due_in_minutes is not None}
+)
+DUE_RANGE = f"{SCHEDULED_MINUTES[0]}-{SCHEDULED_MINUTES[-1]} minutes"
+
+
 def demo_submission_data(call: DemoCall, *, base_url: str) -> dict[str, Any]:
     """A demo call in the API's wire shape."""
     spec: dict[str, Any] = {"method": call.method, "url": f"{base_url}/mock{call.path}", "headers": call.headers}
@@ -128,9 +136,9 @@ class Command(BaseCommand):
         f"Create demo data; safe to run again. Tenants '{DEMO_TENANT}' and '{OPS_TENANT}', a demo "
         f"user (owner of {DEMO_TENANT}, member of {OPS_TENANT}), a superuser '{ADMIN_USERNAME}' if "
         f"absent, an API key for {DEMO_TENANT}, and calls against the built-in mock target at "
-        "AGENT_BASE_URL/mock/ (only for a tenant that has no calls yet). The superuser's random "
-        "password and the API key are printed once, when created; the workers (manage.py "
-        "qcluster) run the calls."
+        f"AGENT_BASE_URL/mock/ (only for a tenant that has no calls yet; some due {DUE_RANGE} "
+        "ahead). The superuser's random password and the API key are printed once, when created; "
+        "the workers (manage.py qcluster) run the calls."
     )
 
     def add_arguments(self, parser) -> None:
@@ -239,4 +247,4 @@ class Command(BaseCommand):
             else:
                 out(f"Calls: {slug} already has calls; none added.")
         if any(submitted.values()):
-            out("They run when the workers are up (manage.py qcluster); some are due in 1-10 minutes.")
+            out(f"They run when the workers are up (manage.py qcluster); some are due in {DUE_RANGE}.")

@@ -1,0 +1,217 @@
+"""`scripts/start` as a newcomer runs it (README, "The two commands"), in a copy of this clone,
+and Ctrl-C.
+
+The copy shares this clone's `.venv` (the install step then has nothing to fetch: pip runs with
+no index) and starts on a free 127.0.0.1 port with its own ./data/, on a terminal (a
+pseudo-terminal): short text lines, no event lines, and the demo's logins last, after "Service
+Agent is up". The JSON lines (its output going elsewhere) are tests/eventservice/test_logging.py's.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.agent_process import ROOT, free_port
+
+pytestmark = pytest.mark.workers
+
+VENV = Path(sys.prefix)
+# What a checkout holds (tracked or not), not what running it leaves behind.
+LEFT_OUT = shutil.ignore_patterns(
+    ".venv", ".git", "data", "staticfiles", "__pycache__", ".pytest_cache", ".ruff_cache", "test-artifacts", "results"
+)
+UP = "Service Agent is up"
+DEMO_END = r"^Calls: .*demo-ops"  # the last line but one of seed_demo's report
+# gunicorn's access log as scripts/start sets it: client, request line, status, bytes, duration.
+ACCESS_LINE = re.compile(r'^\S+ "[A-Z]+ \S+ HTTP/1\.[01]" \d{3} (\d+|-) \d+ms$')
+TEXT_LOG_LINE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} (DEBUG|INFO|WARNING|ERROR|CRITICAL) \S+ ")
+
+
+@pytest.fixture
+def clone(tmp_path) -> Path:
+    if not (VENV / "pyvenv.cfg").is_file():
+        pytest.skip("the tests do not run from a virtualenv that scripts/start could reuse")
+    copy = tmp_path / "clone"
+    shutil.copytree(ROOT, copy, ignore=LEFT_OUT, symlinks=True)
+    (copy / ".venv").symlink_to(VENV)
+    return copy
+
+
+def _env(port: int) -> dict[str, str]:
+    """A newcomer's shell: no setting of the agent's, only the port (and pip kept offline)."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "PORT": str(port),
+        "PIP_NO_INDEX": "1",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
+
+
+class Started:
+    """scripts/start in a session of its own, writing to a pseudo-terminal read as it comes."""
+
+    def __init__(self, clone: Path) -> None:
+        self.chunks: list[bytes] = []
+        self.fd, terminal = pty.openpty()
+        self.proc = subprocess.Popen(
+            ["bash", str(clone / "scripts" / "start")],
+            cwd=clone,
+            env=_env(free_port()),
+            stdin=subprocess.DEVNULL,
+            stdout=terminal,
+            stderr=terminal,
+            start_new_session=True,
+        )
+        os.close(terminal)
+
+    @property
+    def text(self) -> str:
+        return b"".join(self.chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+    def read(self, seconds: float) -> bool:
+        """Read for up to `seconds`; False once the console is closed."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self.fd, 65536)
+            except OSError:  # a pseudo-terminal whose last writer is gone
+                chunk = b""
+            if not chunk:
+                return False
+            self.chunks.append(chunk)
+        return True
+
+    def read_until(self, pattern: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.text, re.M):
+            if time.monotonic() > deadline or not self.read(0.2) and not re.search(pattern, self.text, re.M):
+                raise AssertionError(f"no {pattern!r} within {timeout}s; the console:\n{self.text[-6000:]}")
+
+    def ctrl_c(self) -> None:
+        """What Ctrl-C does: SIGINT to the terminal's foreground process group (the script's)."""
+        os.killpg(self.proc.pid, signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            self.read(0.5)
+            os.close(self.fd)
+
+
+def _session(sid: int) -> list[int]:
+    """The processes of the session the test started (its servers run in groups of their own)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # the session id, after state, ppid and pgrp
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def _kill_session(sid: int) -> None:
+    for pid in _session(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture
+def script(clone):
+    script = Started(clone)
+    yield script
+    if script.proc.poll() is None:
+        script.proc.kill()
+    _kill_session(script.proc.pid)
+
+
+def _logs(lines: list[str]) -> list[str]:
+    """The servers' lines: neither scripts/start's own (`==>`, the banner) nor the demo's block."""
+    return [line for line in lines if line and not line.startswith(("==>", " ")) and "://" not in line]
+
+
+def test_a_first_start_on_a_terminal_is_short_and_readable_and_ends_with_the_logins(clone, script):
+    script.read_until(DEMO_END, timeout=240)
+    script.read(1.0)  # what follows at once
+    console = script.text
+    before, banner, after = console.partition(UP)
+    assert banner, console
+
+    # The logins come after "up", and nothing but the slowest demo answer's access line after them.
+    logins = after.splitlines()
+    assert any(line.startswith("  demo / service-agent-demo") for line in logins), after
+    assert any(re.match(r"  admin / \S+ +superuser", line) for line in logins), after
+    key_line = logins.index("API key for tenant demo (shown once; store it now):")
+    api_key = logins[key_line + 1].strip()
+    assert api_key.startswith("sa_")
+    first_calls_line = next(n for n, line in enumerate(logins) if line.startswith("Calls: "))
+    tail = [line for line in logins[first_calls_line:] if line.strip()]
+    assert len(tail) <= 5, tail  # Calls: demo, Calls: demo-ops, "They run when...", a straggler
+
+    # Short: every server line is one readable line; events are not logged; no JSON anywhere.
+    lines = console.splitlines()
+    assert len(lines) < 70, console
+    logs = _logs(before.splitlines())
+    assert logs, console
+    for line in logs:
+        assert TEXT_LOG_LINE.match(line) or ACCESS_LINE.match(line), line
+        assert "{" not in line and len(line) < 300, line
+    assert "serviceagent.events" not in console
+    attempts = [line for line in logs if "attempt finished" in line]
+    assert attempts, console
+    for line in attempts:
+        assert all(f" {key}=" in line for key in ("tenantId", "serviceCallId", "correlationId")), line
+
+    # The secrets shown once are in no file under data/ but the database (where they are hashed).
+    data = clone / "data"
+    assert (data / "secret_key").stat().st_mode & 0o777 == 0o600
+    for path in data.rglob("*"):
+        if path.is_file() and ".db" not in path.name:
+            assert api_key.encode() not in path.read_bytes(), path
+
+    # Ctrl-C stops the script, the web server and the workers, each with one signal.
+    script.ctrl_c()
+    assert "==> stopping" in script.text
+    assert _session(script.proc.pid) == []
+
+
+def test_a_port_that_something_else_answers_on_is_refused_before_anything_starts(clone):
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        result = subprocess.run(
+            ["bash", str(clone / "scripts" / "start")],
+            cwd=clone,
+            env=_env(port),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"==> something already answers on 127.0.0.1:{port}: stop it, or choose another port "
+        "(PORT=8001 scripts/start)\n"
+    )
+    assert not (clone / "data").exists()  # nothing set up, nothing started

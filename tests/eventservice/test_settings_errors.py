@@ -1,0 +1,121 @@
+"""A malformed or unexpected environment variable stops start-up with one line naming it
+(README, "Configuration"): `manage.py` (every command, qcluster included) and gunicorn, each
+started for real on eventservice.settings. Switches take what people type."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from core.env import SettingsError, env_bool, env_choice
+from tests.support.agent_process import GUNICORN, ROOT, agent_env, free_port, manage
+
+PREFIX = "Service Agent cannot start: "
+
+
+def _env(tmp_path, **extra: str) -> dict[str, str]:
+    return agent_env(tmp_path, SECRET_KEY="k" * 50, **extra)
+
+
+def _assert_one_line(result: subprocess.CompletedProcess, name: str) -> str:
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(PREFIX), result.stderr
+    assert name in result.stderr
+    return result.stderr
+
+
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("DEBUG", "maybe"),
+        ("METRICS_PUBLIC", "2"),
+        ("LOG_LEVEL", "chatty"),
+        ("LOG_FORMAT", "xml"),
+        ("EVENT_LOG_LEVEL", "loud"),
+        ("Q_LOG_LEVEL", "verbose"),
+        ("DATABASE_URL", "mysql//agent@db/agent"),
+        ("DATA_DIR", "/proc/not-a-place-for-data"),
+        ("AGENT_BASE_URL", "127.0.0.1:8000"),
+        ("Q_WORKERS", "two"),
+        ("TIMER_HORIZON_MS", "5"),
+        ("EVENT_DELIVERY_SCHEDULE", "soon"),
+    ],
+)
+def test_a_malformed_value_stops_manage_py_with_one_line_naming_the_variable(tmp_path, name, value):
+    _assert_one_line(manage(_env(tmp_path, **{name: value}), "check"), name)
+
+
+def test_a_malformed_database_url_is_refused_without_echoing_its_password(tmp_path):
+    line = _assert_one_line(manage(_env(tmp_path, DATABASE_URL="postgres://agent:s3cr3t@db:port/agent"), "check"), "")
+
+    assert "DATABASE_URL" in line and "s3cr3t" not in line
+
+
+@pytest.mark.parametrize("command", [["help"], ["shell", "-c", "print(1)"], ["qcluster"]])
+def test_commands_that_django_runs_without_settings_refuse_too(tmp_path, command):
+    # Django runs `help` and `shell` without settings when they fail to load (a note at most).
+    _assert_one_line(manage(_env(tmp_path, LOG_LEVEL="chatty"), *command, timeout=60), "LOG_LEVEL")
+
+
+def test_gunicorn_stops_with_the_line_instead_of_a_traceback(tmp_path):
+    result = subprocess.run(
+        [str(GUNICORN), "eventservice.wsgi:application", "--bind", f"127.0.0.1:{free_port()}", "--workers", "1"],
+        cwd=ROOT,
+        env=_env(tmp_path, DEBUG="maybe"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert result.returncode != 0
+    assert f"{PREFIX}DEBUG must be true or false" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_1_is_debug(tmp_path):
+    result = manage(
+        _env(tmp_path, DEBUG="1"),
+        "shell",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.DEBUG)",
+    )
+
+    assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", "")
+
+
+@pytest.mark.parametrize("raw", ["true", "TRUE", "1", "yes", "Yes", "on", " on "])
+def test_a_switch_takes_what_people_type_for_on(monkeypatch, raw):
+    monkeypatch.setenv("SOME_SWITCH", raw)
+    assert env_bool("SOME_SWITCH", False) is True
+
+
+@pytest.mark.parametrize("raw", ["false", "False", "0", "no", "NO", "off"])
+def test_a_switch_takes_what_people_type_for_off(monkeypatch, raw):
+    monkeypatch.setenv("SOME_SWITCH", raw)
+    assert env_bool("SOME_SWITCH", True) is False
+
+
+@pytest.mark.parametrize("raw", ["2", "y", "enabled", "truee", "-1"])
+def test_a_switch_refuses_anything_else(monkeypatch, raw):
+    monkeypatch.setenv("SOME_SWITCH", raw)
+    with pytest.raises(SettingsError, match=r"^SOME_SWITCH must be true or false \(or 1/0, yes/no, on/off\), got"):
+        env_bool("SOME_SWITCH", False)
+
+
+def test_unset_or_empty_is_the_default(monkeypatch):
+    monkeypatch.delenv("SOME_SWITCH", raising=False)
+    assert env_bool("SOME_SWITCH", True) is True
+    monkeypatch.setenv("SOME_SWITCH", "")
+    assert env_bool("SOME_SWITCH", False) is False
+    assert env_choice("SOME_SWITCH", "INFO", ("INFO", "DEBUG")) == "INFO"
+
+
+def test_a_choice_is_matched_whatever_the_case_and_named_as_listed(monkeypatch):
+    monkeypatch.setenv("SOME_LEVEL", "debug")
+    assert env_choice("SOME_LEVEL", "INFO", ("INFO", "DEBUG")) == "DEBUG"
+    monkeypatch.setenv("SOME_LEVEL", "loud")
+    with pytest.raises(SettingsError, match=r"^SOME_LEVEL must be one of INFO, DEBUG; got 'loud'$"):
+        env_choice("SOME_LEVEL", "INFO", ("INFO", "DEBUG"))
