@@ -17,26 +17,30 @@ from delivery.models import Notification
 from delivery.representation import call_event_delivery_representation
 from delivery.selectors import deliveries_for_call
 from execution.models import HttpExecution
+from orchestration.admission import held_ms_of
 from orchestration.models import FAVORITE_TAG, ServiceCall
 from orchestration.selectors import tags_of
 from orchestration.services import public_request_spec
 from outbox.models import OutboxEvent
 
 
-def _url(request: Any, path: str) -> str:
-    return request.build_absolute_uri(path) if request is not None else path
+def _url(request: Any, path: str, base_url: str | None = None) -> str:
+    if request is not None:
+        return request.build_absolute_uri(path)
+    return base_url.rstrip("/") + path if base_url else path
 
 
-def service_call_links(call: ServiceCall, *, request: Any = None) -> dict[str, str]:
+def service_call_links(call: ServiceCall, *, request: Any = None, base_url: str | None = None) -> dict[str, str]:
     kwargs = {"tenant_id": call.tenant_id, "service_call_id": str(call.service_call_id)}
     # One reverse() for the call: its sub-resources are fixed suffixes (api/urls.py), and
     # reversing each costs more than the rest of the representation on a list page.
-    own = _url(request, reverse("api:service-call-detail", kwargs=kwargs))
+    own = _url(request, reverse("api:service-call-detail", kwargs=kwargs), base_url)
     links = {
         "self": own,
         "tags": f"{own}/tags",
         "rerun": f"{own}/rerun",
-        "events": _url(request, reverse("api:tenant-events", kwargs={"tenant_id": call.tenant_id})),
+        "cancel": f"{own}/cancel",
+        "events": _url(request, reverse("api:tenant-events", kwargs={"tenant_id": call.tenant_id}), base_url),
     }
     if call.rerun_of:
         links["rerunOf"] = _url(
@@ -45,6 +49,7 @@ def service_call_links(call: ServiceCall, *, request: Any = None) -> dict[str, s
                 "api:service-call-detail",
                 kwargs={"tenant_id": call.tenant_id, "service_call_id": str(call.rerun_of)},
             ),
+            base_url,
         )
     return links
 
@@ -62,12 +67,13 @@ def outcome_representation(meta: dict[str, Any] | None) -> dict[str, Any] | None
 
 
 def service_call_representation(
-    call: ServiceCall, *, tags: list[str] | None = None, request: Any = None
+    call: ServiceCall, *, tags: list[str] | None = None, request: Any = None, base_url: str | None = None
 ) -> dict[str, Any]:
     """The call as the API (list, detail, submit, tags, rerun) and the live pages show it.
 
     `tags` defaults to the call's prefetched tag rows (selectors.service_calls_for_tenant).
-    With a request, links are absolute URLs; without one, absolute paths.
+    With a request, links are absolute URLs built from it; without one, from `base_url` (the
+    agent's address, for a command: AGENT_BASE_URL); with neither, absolute paths.
     """
     tag_list = list(tags) if tags is not None else tags_of(call)
     return {
@@ -82,10 +88,31 @@ def service_call_representation(
         "requestSpec": public_request_spec(call.request_spec),
         "tags": tag_list,
         "favorite": FAVORITE_TAG in tag_list,
-        "outcome": outcome_representation(call.outcome_meta),
+        # Only a finished call has an outcome; a cancelled one may hold its last attempt's error.
+        "outcome": outcome_representation(call.outcome_meta) if call.status in FINISHED else None,
+        "attempt": call.attempts,
+        "retryPolicy": call.retry_policy,
+        "nextAttemptAt": iso_ms(call.due_at) if call.status == ServiceCall.Status.SCHEDULED and call.attempts else None,
+        "lastError": _last_error(call),
+        "scheduleId": str(call.schedule_id) if call.schedule_id else None,
+        "occurrenceAt": iso_ms(call.occurrence_at),
+        # Flow control (docs/flow-control.md): how long it waited for room, the wait in progress included.
+        "heldSince": iso_ms(call.held_since),
+        "heldMs": held_ms_of(call),
         "correlationId": call.correlation_id,
-        "links": service_call_links(call, request=request),
+        "links": service_call_links(call, request=request, base_url=base_url),
     }
+
+
+FINISHED = (ServiceCall.Status.SUCCEEDED, ServiceCall.Status.FAILED)
+
+
+def _last_error(call: ServiceCall) -> dict[str, Any] | None:
+    """The failed attempt a retry follows (while the call waits for, or makes, its next one, or
+    after it was cancelled while waiting)."""
+    if call.status in FINISHED or not call.outcome_meta:
+        return None
+    return (outcome_representation(call.outcome_meta) or {}).get("errorMeta")
 
 
 def execution_representation(row: HttpExecution) -> dict[str, Any]:

@@ -446,3 +446,25 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         idempotency_key=key,
         retry_policy=retry_policy,
     )
+
+
+def validate_rerun(data: Any) -> datetime | None:
+    """Check the body of a rerun (`{dueAt?}`, empty for now) and return its due time, or None
+    for now; raise ValidationFailed otherwise. dueAt gets exactly a submission's rules and
+    messages; nothing else may be given."""
+    if not isinstance(data, dict):
+        raise ValidationFailed({"body": ["The request body must be a JSON object."]})
+    errors = _Errors()
+    _unstorable_fields({"dueAt": data["dueAt"]} if "dueAt" in data else {}, errors)
+    due_at = None
+    if not errors.errors:
+        try:
+            due_at = parse_due_at(data.get("dueAt"))
+        except ValueError as exc:
+            errors.add("dueAt", str(exc))
+    unknown = set(data) - {"dueAt"}
+    if unknown:
+        errors.add("body", f"Unknown fields: {_names(unknown)}.")
+    if errors.errors:
+        raise ValidationFailed(errors.errors)
+    return due_at

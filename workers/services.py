@@ -29,12 +29,18 @@ def session_start() -> WorkerSession:
 
 
 def session_beat(*, session_id: str) -> bool:
-    """Returns False if the session was declared dead meanwhile (it must stop working)."""
-    return bool(
-        WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(
-            last_heartbeat_at=utcnow()
+    """Returns False if the session was declared dead meanwhile (it must stop working).
+
+    In a transaction of its own: on SQLite that takes the write lock the way the engine's
+    writers do (eventservice/sqlite polls for it), rather than in SQLite's own busy handler,
+    whose growing sleeps let a busy engine starve the heartbeat until the session looks dead.
+    """
+    with transaction.atomic():
+        return bool(
+            WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(
+                last_heartbeat_at=utcnow()
+            )
         )
-    )
 
 
 def session_stop(*, session_id: str, error: BaseException | None = None) -> None:

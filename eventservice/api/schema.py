@@ -18,14 +18,17 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
 
 
 # Request bodies the API refuses unknown fields in (orchestration.validation, the tags view,
-# delivery.validation, the recover view).
+# delivery.validation, the recover view, the rerun).
 CLOSED_REQUEST_COMPONENTS = (
     "SubmitServiceCallRequest",
     "RequestSpecRequest",
     "TagsInputRequest",
+    "RerunInputRequest",
     "CreateSubscriptionRequest",
     "PatchedUpdateSubscriptionRequest",
     "RecoverInputRequest",
+    "CreateScheduleRequest",
+    "PatchedUpdateScheduleRequest",
 )
 
 

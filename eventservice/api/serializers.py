@@ -12,6 +12,14 @@ from rest_framework import serializers
 from delivery.models import Notification
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
+from orchestration.retries import (
+    BACKOFF_CEILING_MS,
+    BACKOFF_FLOOR_MS,
+    DEFAULT_MAX_BACKOFF_MS,
+    DEFAULT_MIN_BACKOFF_MS,
+    MAX_ATTEMPTS,
+    RetryOn,
+)
 from orchestration.validation import MAX_BODY_DEPTH, METHODS
 
 
@@ -58,8 +66,42 @@ class LinksSerializer(serializers.Serializer):
     self = serializers.URLField()
     tags = serializers.URLField()
     rerun = serializers.URLField()
+    cancel = serializers.URLField()
     events = serializers.URLField()
     rerunOf = serializers.URLField(required=False)
+
+
+class RetryPolicySerializer(serializers.Serializer):
+    """docs/retries.md; names after Cloud Tasks' RetryConfig."""
+
+    maxAttempts = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ATTEMPTS,
+        required=False,
+        help_text="Attempts in all, the first included (1: no retry).",
+    )
+    minBackoffMs = serializers.IntegerField(
+        min_value=BACKOFF_FLOOR_MS,
+        max_value=BACKOFF_CEILING_MS,
+        required=False,
+        help_text=f"The first retry's delay (default {DEFAULT_MIN_BACKOFF_MS}); it doubles on each retry, ±10 % jitter.",
+    )
+    maxBackoffMs = serializers.IntegerField(
+        min_value=BACKOFF_FLOOR_MS,
+        max_value=BACKOFF_CEILING_MS,
+        required=False,
+        help_text=f"The longest delay, `Retry-After` included (default {DEFAULT_MAX_BACKOFF_MS}, at least minBackoffMs).",
+    )
+    retryOn = serializers.ListField(
+        child=serializers.ChoiceField(choices=RetryOn.ALL),
+        required=False,
+        help_text="Failures tried again (default: all four). EgressDenied, TlsError and 4xx other than 429 never are.",
+    )
+    retryInterrupted = serializers.BooleanField(
+        required=False,
+        help_text="Try again after Interrupted (the worker died while the request may have been sent): only for "
+        "targets that tolerate a duplicate. Default false.",
+    )
 
 
 class ServiceCallSerializer(serializers.Serializer):
@@ -74,7 +116,26 @@ class ServiceCallSerializer(serializers.Serializer):
     requestSpec = RequestSpecSerializer()
     tags = serializers.ListField(child=serializers.CharField())
     favorite = serializers.BooleanField()
-    outcome = OutcomeSerializer(allow_null=True)
+    outcome = OutcomeSerializer(allow_null=True, help_text="Set when the call has finished (null when Cancelled).")
+    attempt = serializers.IntegerField(help_text="Attempts started so far (0 before the first).")
+    retryPolicy = RetryPolicySerializer(allow_null=True)
+    nextAttemptAt = serializers.DateTimeField(
+        allow_null=True, help_text="When the next attempt is due, while a retry waits (then equal to dueAt)."
+    )
+    lastError = ErrorMetaSerializer(
+        allow_null=True, help_text="The failed attempt a retry follows, until the call finishes."
+    )
+    scheduleId = serializers.UUIDField(allow_null=True, help_text="The recurring schedule that made this call.")
+    occurrenceAt = serializers.DateTimeField(
+        allow_null=True, help_text="Which of its schedule's occurrences this call is (UTC)."
+    )
+    heldSince = serializers.DateTimeField(
+        allow_null=True,
+        help_text="Set while the call is due but waits for room under its tenant's flow-control limits.",
+    )
+    heldMs = serializers.IntegerField(
+        help_text="Milliseconds the call has waited for flow control, over all its attempts (0: never held)."
+    )
     correlationId = serializers.CharField()
     links = LinksSerializer()
 
@@ -178,10 +239,19 @@ class SubmitServiceCallSerializer(serializers.Serializer):
     )
     tags = _tag_list(required=False)
     idempotencyKey = serializers.CharField(max_length=200, required=False, help_text="Or the Idempotency-Key header.")
+    retryPolicy = RetryPolicySerializer(required=False, allow_null=True)
 
 
 class TagsInputSerializer(serializers.Serializer):
     tags = _tag_list()
+
+
+class RerunInputSerializer(serializers.Serializer):
+    dueAt = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="As a submission's: ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
+    )
 
 
 class ProblemSerializer(serializers.Serializer):

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from eventservice.api import ops, schema, subscriptions, views  # noqa: F401 (schema registers the auth scheme)
+from eventservice.api import flow_control, ops, schedules, schema, subscriptions, views  # noqa: F401 (schema registers the auth scheme)
 
 app_name = "api"
 
@@ -14,7 +14,9 @@ urlpatterns = [
     path(CALL, views.ServiceCallDetailApi.as_view(), name="service-call-detail"),
     path(f"{CALL}/tags", views.ServiceCallTagsApi.as_view(), name="service-call-tags"),
     path(f"{CALL}/rerun", views.ServiceCallRerunApi.as_view(), name="service-call-rerun"),
+    path(f"{CALL}/cancel", views.ServiceCallCancelApi.as_view(), name="service-call-cancel"),
     path(f"{TENANT}/events", views.TenantEventsApi.as_view(), name="tenant-events"),
+    path(f"{TENANT}/flow-control", flow_control.FlowControlApi.as_view(), name="flow-control"),
     # Subscriptions' operations are fixed suffixes of its path (delivery.representation builds
     # the links that way).
     path(f"{TENANT}/subscriptions", subscriptions.SubscriptionsApi.as_view(), name="subscriptions"),
@@ -36,6 +38,10 @@ urlpatterns = [
         subscriptions.DeliveryResendApi.as_view(),
         name="delivery-resend",
     ),
+    # Recurring schedules (docs/schedules.md); the preview before the schedule's own path.
+    path(f"{TENANT}/schedules", schedules.SchedulesApi.as_view(), name="schedules"),
+    path(f"{TENANT}/schedules/preview", schedules.SchedulePreviewApi.as_view(), name="schedule-preview"),
+    path(f"{TENANT}/schedules/<str:schedule_id>", schedules.ScheduleDetailApi.as_view(), name="schedule-detail"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     # Any other /api/ path is a problem+json 404 (but /api/docs and /api/schema get the slash).

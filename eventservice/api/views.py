@@ -13,6 +13,7 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,6 +29,7 @@ from eventservice.api.base import (
     parse_limit,
 )
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from eventservice.api.parsers import JSONParser
 from execution.selectors import attempts_for_call
 from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.models import ServiceCall
@@ -37,8 +39,13 @@ from orchestration.representation import (
     service_call_representation,
 )
 from orchestration.selectors import service_call_get, service_calls_for_tenant
-from orchestration.services import service_call_rerun, service_call_submit, service_call_tags_set
-from orchestration.validation import validate_submission
+from orchestration.services import (
+    service_call_cancel,
+    service_call_rerun,
+    service_call_submit,
+    service_call_tags_set,
+)
+from orchestration.validation import validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 from tenants.models import TENANT_SLUG_PATTERN
@@ -235,30 +242,70 @@ class ServiceCallTagsApi(TenantApiView):
 
 
 class ServiceCallRerunApi(TenantApiView):
-    """POST: submit a new call with the same request (new id, due now)."""
+    """POST: submit a new call with the same request (new id), due now or at the body's dueAt."""
+
+    # A rerun took no body before it took `dueAt`: a client posting an empty form (as test
+    # clients and form posts do) still runs it now, and its fields get the same checks. JSON is
+    # the documented body.
+    parser_classes = [JSONParser, FormParser, MultiPartParser]
 
     @extend_schema(
         operation_id="service_calls_rerun",
         summary="Run a call again",
         parameters=[TENANT_PARAM, CALL_PARAM],
-        request=None,
+        request={"application/json": s.RerunInputSerializer},
         description=(
-            "A new call with the same request, due now. 400 if the stored request holds text or nesting "
-            "that submissions are now refused for (a call stored before those rules): nothing is stored."
+            "A new call with the same request, tags (not the star) and retry policy, due now, or at `dueAt` when the "
+            "optional body `{dueAt}` gives one (checked as a submission's `dueAt`). 400 for any other "
+            "field or a body that is not an object, and if the stored request holds text or nesting that "
+            "submissions are now refused for (a call stored before those rules): nothing is stored."
         ),
         responses={
             202: OpenApiResponse(s.ServiceCallSerializer, description="The new call; `Location` names it."),
-            **_problems(400, 401, 403, 404),
+            **_problems(400, 401, 403, 404, 413),
         },
     )
     def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
+        due_at = validate_rerun(request.data)
         call = service_call_rerun(
             tenant_id=self.tenant_id,
             service_call_id=_call_id(service_call_id),
             correlation_id=request.correlation_id,
+            due_at=due_at,
         )
         body = _call(request, self.tenant_id, call.service_call_id)
         return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["links"]["self"]})
+
+
+class ServiceCallCancelApi(TenantApiView):
+    """POST: call off a Scheduled call (docs/retries.md, 'Cancel')."""
+
+    @extend_schema(
+        operation_id="service_calls_cancel",
+        summary="Cancel a scheduled call",
+        parameters=[TENANT_PARAM, CALL_PARAM],
+        request=None,
+        description=(
+            "A Scheduled call (a first attempt, or a retry waiting for its next one) turns Cancelled and "
+            "never starts; event `ServiceCallCancelled`. Cancelling a Cancelled call answers 200 again. "
+            "A call already Running or finished answers 409 naming its status, and nothing changes. "
+            "Racing the timer, exactly one wins: the call runs (and the cancel gets 409) or it is cancelled."
+        ),
+        responses={
+            200: OpenApiResponse(s.ServiceCallSerializer, description="The call, now Cancelled."),
+            **_problems(401, 403, 404),
+            (409, PROBLEM_CONTENT_TYPE): OpenApiResponse(
+                s.ProblemSerializer, description="The call is Running or finished (the detail names its status)."
+            ),
+        },
+    )
+    def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
+        call = service_call_cancel(
+            tenant_id=self.tenant_id,
+            service_call_id=_call_id(service_call_id),
+            correlation_id=request.correlation_id,
+        )
+        return Response(_call(request, self.tenant_id, call.service_call_id))
 
 
 EVENTS_DEFAULT_LIMIT = 50

@@ -27,7 +27,9 @@ def test_it_serves_a_valid_openapi_3_document(db):
         "/api/tenants/{tenant_id}/service-calls/{service_call_id}",
         "/api/tenants/{tenant_id}/service-calls/{service_call_id}/tags",
         "/api/tenants/{tenant_id}/service-calls/{service_call_id}/rerun",
+        "/api/tenants/{tenant_id}/service-calls/{service_call_id}/cancel",
         "/api/tenants/{tenant_id}/events",
+        "/api/tenants/{tenant_id}/flow-control",
         "/api/tenants/{tenant_id}/subscriptions",
         "/api/tenants/{tenant_id}/subscriptions/{subscription_id}",
         "/api/tenants/{tenant_id}/subscriptions/{subscription_id}/rotate-secret",
@@ -35,6 +37,9 @@ def test_it_serves_a_valid_openapi_3_document(db):
         "/api/tenants/{tenant_id}/subscriptions/{subscription_id}/recover",
         "/api/tenants/{tenant_id}/subscriptions/{subscription_id}/deliveries",
         "/api/tenants/{tenant_id}/deliveries/{notification_id}/resend",
+        "/api/tenants/{tenant_id}/schedules",
+        "/api/tenants/{tenant_id}/schedules/preview",
+        "/api/tenants/{tenant_id}/schedules/{schedule_id}",
     }
     assert schema["components"]["securitySchemes"]["apiKey"] == {
         "type": "http",
@@ -85,9 +90,23 @@ def test_the_documented_call_shape_is_the_one_the_api_answers(acme_api):
 
 def test_request_bodies_that_refuse_unknown_fields_say_so(acme_api):
     schemas = _schema()["components"]["schemas"]
-    for name in ("SubmitServiceCallRequest", "RequestSpecRequest", "TagsInputRequest"):
+    for name in ("SubmitServiceCallRequest", "RequestSpecRequest", "TagsInputRequest", "RerunInputRequest"):
         assert schemas[name]["additionalProperties"] is False
     # ...and the API does refuse them.
     call = submit_via_api(acme_api)
     response = acme_api.put(call["links"]["tags"], {"tags": [], "extra": True})
     assert response.status_code == 400 and "body" in response.json()["errors"]
+
+
+def test_the_rerun_documents_its_optional_due_time(db):
+    schema = _schema()
+    rerun = schema["paths"]["/api/tenants/{tenant_id}/service-calls/{service_call_id}/rerun"]["post"]
+
+    body = rerun["requestBody"]
+    assert not body.get("required")  # an empty body runs it again now
+    assert body["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/RerunInputRequest"}
+    rerun_input = schema["components"]["schemas"]["RerunInputRequest"]
+    assert set(rerun_input["properties"]) == {"dueAt"} and not rerun_input.get("required")
+    assert rerun_input["properties"]["dueAt"]["format"] == "date-time"
+    assert "dueAt" in rerun["description"]
+    assert {"202", "400", "404"} <= set(rerun["responses"])

@@ -24,11 +24,14 @@ def _endpoints(call_id: str, tenant: str = "acme"):
         ("detail", "get", call_url(call_id, tenant), None),
         ("tags", "put", call_url(call_id, tenant, "/tags"), {"tags": ["x"]}),
         ("rerun", "post", call_url(call_id, tenant, "/rerun"), None),
+        ("cancel", "post", call_url(call_id, tenant, "/cancel"), None),
         ("events", "get", f"/api/tenants/{tenant}/events", None),
+        ("flow-control", "get", f"/api/tenants/{tenant}/flow-control", None),
+        ("flow-control-put", "put", f"/api/tenants/{tenant}/flow-control", {"parallelism": 1}),
     ]
 
 
-NAMES = ["list", "submit", "detail", "tags", "rerun", "events"]
+NAMES = ["list", "submit", "detail", "tags", "rerun", "cancel", "events", "flow-control", "flow-control-put"]
 
 
 def _call(api: ApiClient, method: str, url: str, body):
@@ -51,7 +54,7 @@ def test_another_tenants_key_on_my_path_is_404(globex_api, acme_call, name):
     assert stored_counts() == before
 
 
-@pytest.mark.parametrize("name", ["detail", "tags", "rerun"])
+@pytest.mark.parametrize("name", ["detail", "tags", "rerun", "cancel"])
 def test_my_key_on_another_tenants_call_id_is_404(globex_api, acme_call, name):
     # globex's own path, acme's call id: the call does not exist for globex.
     _, method, url, body = next(e for e in _endpoints(acme_call, "globex") if e[0] == name)

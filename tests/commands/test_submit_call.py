@@ -8,6 +8,7 @@ import pytest
 from django.core.management.base import CommandError
 
 from core.secrets import unseal_headers
+from execution.targets import url_error
 from orchestration.management.commands.submit_call import parse_in
 from orchestration.models import ServiceCall, ServiceCallTag
 from outbox.models import OutboxEvent
@@ -306,3 +307,86 @@ def test_its_help_lists_the_options():
         "30s, 5m, 2h or 1d",
     ):
         assert option in result.out
+
+
+@pytest.fixture
+def default_agent_base_url(settings):
+    """A second shell: no EGRESS_ALLOWLIST and AGENT_BASE_URL left at its default, while the
+    agent (started by scripts/start with PORT=18751) serves its mock target on another port."""
+    settings.EGRESS_ALLOWLIST = []
+    settings.AGENT_BASE_URL = "http://127.0.0.1:8000"
+
+
+def test_a_refused_url_of_the_agents_mock_target_says_how_to_allow_it(world, default_agent_base_url):
+    result = call("submit_call", *BASE[:-1], "http://127.0.0.1:18751/mock/echo")
+    assert result.code == 1
+    assert (
+        "  --url: The URL is refused by the egress policy: the URL points to 127.0.0.1, a loopback "
+        "address, not in EGRESS_ALLOWLIST. To call this agent's mock target from this shell, set "
+        "AGENT_BASE_URL to the agent's address as scripts/start does "
+        "(export AGENT_BASE_URL=http://127.0.0.1:18751)."
+    ) in result.err.splitlines()
+    assert nothing_stored()
+
+
+def test_with_the_agents_address_in_agent_base_url_its_mock_target_is_accepted(world, default_agent_base_url, settings):
+    settings.AGENT_BASE_URL = "http://127.0.0.1:18751"
+    result = call("submit_call", *BASE[:-1], "http://127.0.0.1:18751/mock/echo")
+    assert result.code == 0
+    assert ServiceCall.objects.get().request_spec["url"] == "http://127.0.0.1:18751/mock/echo"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:18751/admin/",  # the agent's origin, but not its mock target
+        "http://127.0.0.1:18751/mock/../admin/",  # not a plain path under /mock/
+        "http://10.0.0.8/api/",
+    ],
+)
+def test_other_refused_urls_get_no_hint(world, default_agent_base_url, url):
+    result = call("submit_call", *BASE[:-1], url)
+    assert result.code == 1
+    assert "--url: The URL is refused by the egress policy" in result.err
+    assert "AGENT_BASE_URL" not in result.err
+
+
+def test_the_hint_is_the_commands_only(default_agent_base_url):
+    """The API's user cannot set the agent's environment: shared validation gives no hint."""
+    message = url_error("http://127.0.0.1:18751/mock/echo")
+    assert message.startswith("The URL is refused by the egress policy")
+    assert "AGENT_BASE_URL" not in message
+
+
+def test_retry_options_become_the_calls_policy(world):
+    from orchestration.models import ServiceCall
+    from tests.commands.cli import call as run
+
+    result = run(
+        "submit_call",
+        *("--tenant", "acme", "--name", "with retries", "--method", "GET", "--url", "https://api.example.com/x"),
+        *("--max-attempts", "4", "--min-backoff-ms", "500", "--retry-on", "Timeout", "--retry-on", "Http429"),
+        "--retry-interrupted",
+    )
+    assert result.code == 0, result.err
+    assert ServiceCall.objects.get(pk=result.out.strip()).retry_policy == {
+        "maxAttempts": 4,
+        "minBackoffMs": 500,
+        "maxBackoffMs": 60_000,
+        "retryOn": ["Http429", "Timeout"],
+        "retryInterrupted": True,
+    }
+
+
+def test_bad_retry_options_name_the_option_and_store_nothing(world):
+    from orchestration.models import ServiceCall
+    from tests.commands.cli import call as run
+
+    base = ("--tenant", "acme", "--name", "x", "--method", "GET", "--url", "https://api.example.com/x")
+    result = run("submit_call", *base, "--max-attempts", "21", "--retry-on", "HttpError4xx")
+    assert result.code == 1
+    assert "--max-attempts: maxAttempts must be an integer from 1 to 20." in result.err
+    assert "--retry-on: Unknown values 'HttpError4xx'" in result.err
+    result = run("submit_call", *base, "--max-attempts", "3", "--min-backoff-ms", "5000", "--max-backoff-ms", "100")
+    assert "--min-backoff-ms: minBackoffMs must not be greater than maxBackoffMs." in result.err
+    assert ServiceCall.objects.count() == 0

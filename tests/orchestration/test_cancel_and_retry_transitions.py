@@ -130,3 +130,21 @@ def test_an_overdue_scheduled_call_without_a_pending_timer_gets_one_again(world)
     assert timer.state == TimerSchedule.State.SCHEDULED and timer.due_at == long_ago
     assert TimerSchedule.objects.get(service_call_id=healthy.pk).id == healthy_timer
     assert service_calls_rearm_overdue(due_before=utcnow() - timedelta(seconds=30)) == 0
+
+
+def test_a_rerun_keeps_the_retry_policy(world):
+    from orchestration.services import service_call_rerun
+
+    original = make_failed_call(retry_policy={**RETRYING, "maxAttempts": 1})
+    copy = service_call_rerun(tenant_id="acme", service_call_id=original.pk, correlation_id="c")
+    assert (
+        copy.retry_policy
+        == original.retry_policy
+        == {
+            "maxAttempts": 1,
+            "minBackoffMs": 2000,
+            "maxBackoffMs": 4000,
+            "retryOn": ["HttpError5xx", "Http429", "Timeout", "NetworkError"],
+            "retryInterrupted": False,
+        }
+    )

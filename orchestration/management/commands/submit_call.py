@@ -6,12 +6,15 @@ import json
 import re
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import command_error
-from core.errors import ApplicationError
+from core.errors import ApplicationError, ValidationFailed
 from core.ids import iso_ms, new_id, utcnow
+from execution.egress import EgressPolicy, client_path
+from orchestration.retries import MAX_ATTEMPTS, RetryOn
 from orchestration.services import service_call_submit
 from orchestration.validation import MAX_AHEAD, MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS, validate_submission
 from tenants.cli import require_tenant
@@ -28,6 +31,12 @@ OPTION_OF_FIELD = {
     "dueAt": "--due/--in",
     "tags": "--tag",
     "idempotencyKey": "--idempotency-key",
+    "retryPolicy": "--max-attempts",
+    "retryPolicy.maxAttempts": "--max-attempts",
+    "retryPolicy.minBackoffMs": "--min-backoff-ms",
+    "retryPolicy.maxBackoffMs": "--max-backoff-ms",
+    "retryPolicy.retryOn": "--retry-on",
+    "retryPolicy.retryInterrupted": "--retry-interrupted",
 }
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -46,6 +55,35 @@ def parse_in(value: str) -> timedelta:
     if seconds > MAX_AHEAD.total_seconds():
         raise CommandError(f"--in {value!r} is too far ahead: a call is due at most one year ahead.")
     return timedelta(seconds=seconds)
+
+
+def own_mock_target_hint(url: str) -> str | None:
+    """What to do when a URL that looks like an agent's mock target is refused here.
+
+    The egress policy allows the mock target of AGENT_BASE_URL only; scripts/start exports it
+    for the agent it starts, but a second shell keeps the default (http://127.0.0.1:8000), so
+    there the agent's own loopback URL on another port is refused at submission. Only this
+    command gives the hint: a user of the API cannot set the agent's environment.
+    """
+    path = client_path(url=url)
+    if path is None:
+        return None
+    base_path, under_mock, _ = path.partition("/mock/")
+    if not under_mock or EgressPolicy.from_settings().literal_refusal(url) is None:
+        return None
+    parts = urlsplit(url)
+    return (
+        "To call this agent's mock target from this shell, set AGENT_BASE_URL to the agent's address "
+        f"as scripts/start does (export AGENT_BASE_URL={parts.scheme}://{parts.netloc}{base_path})."
+    )
+
+
+def _with_hints(exc: ValidationFailed, url: str) -> ValidationFailed:
+    hint = own_mock_target_hint(url) if "requestSpec.url" in exc.errors else None
+    if hint is None:
+        return exc
+    errors = {**exc.errors, "requestSpec.url": [f"{message} {hint}" for message in exc.errors["requestSpec.url"]]}
+    return ValidationFailed(errors)
 
 
 def parse_headers(values: list[str]) -> dict[str, str]:
@@ -108,6 +146,29 @@ class Command(BaseCommand):
             help="Submitting again with the same key and the same call prints the existing call's id; "
             "with a different call it fails.",
         )
+        retries = parser.add_argument_group("retries (docs/retries.md)")
+        retries.add_argument(
+            "--max-attempts",
+            type=int,
+            metavar="N",
+            help=f"Attempts in all, 1-{MAX_ATTEMPTS} (default 1: no retry). A failure named by --retry-on is "
+            "tried again after a backoff doubling from --min-backoff-ms to --max-backoff-ms.",
+        )
+        retries.add_argument("--min-backoff-ms", type=int, metavar="MS", help="The first retry's delay (default 1000).")
+        retries.add_argument(
+            "--max-backoff-ms", type=int, metavar="MS", help="The longest delay, Retry-After included (default 60000)."
+        )
+        retries.add_argument(
+            "--retry-on",
+            action="append",
+            metavar="KIND",
+            help=f"A failure to retry; repeat for several (default all: {', '.join(RetryOn.ALL)}).",
+        )
+        retries.add_argument(
+            "--retry-interrupted",
+            action="store_true",
+            help="Also retry an attempt whose worker died while it may have been sent (the target may get it twice).",
+        )
 
     def handle(self, *args, **options: Any) -> None:
         data = self._wire_data(options)
@@ -117,6 +178,8 @@ class Command(BaseCommand):
             call, created = service_call_submit(
                 tenant_id=options["tenant"], submission=submission, correlation_id=str(new_id())
             )
+        except ValidationFailed as exc:
+            raise command_error(_with_hints(exc, options["url"]), options=OPTION_OF_FIELD) from None
         except ApplicationError as exc:
             raise command_error(exc, options=OPTION_OF_FIELD) from None
         if not created:
@@ -153,4 +216,18 @@ class Command(BaseCommand):
             data["tags"] = options["tag"]
         if options["idempotency_key"] is not None:
             data["idempotencyKey"] = options["idempotency_key"]
+        policy = {
+            wire: options[option]
+            for option, wire in (
+                ("max_attempts", "maxAttempts"),
+                ("min_backoff_ms", "minBackoffMs"),
+                ("max_backoff_ms", "maxBackoffMs"),
+                ("retry_on", "retryOn"),
+            )
+            if options.get(option) is not None
+        }
+        if options.get("retry_interrupted"):
+            policy["retryInterrupted"] = True
+        if policy:
+            data["retryPolicy"] = policy
         return data
