@@ -1,6 +1,6 @@
 """Service Agent benchmarks (targets: bench/README.md), beside django-q2 and Celery in the same run.
 
-    python bench/run.py [--quick] [--only lateness,drain,submission,list] [--big] [--keep]
+    python bench/run.py [--quick] [--only lateness,drain,submission,flow,list] [--big] [--keep]
 
 Sets itself up in a fresh temporary DATA_DIR (SQLite), starts a local HTTP target, then each
 system in turn (the agent's `manage.py qcluster`, a Celery worker on Redis, a stock django-q2
@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import agent, peers, submission  # noqa: E402
+from bench import agent, flow, peers, submission  # noqa: E402
 from bench.common import (  # noqa: E402
     NATS_URL,
     PYTHON,
@@ -46,7 +46,7 @@ from bench.common import (  # noqa: E402
     pid_holding,
 )
 
-METRICS = ("lateness", "drain", "submission", "list")
+METRICS = ("lateness", "drain", "submission", "flow", "list")
 
 FULL = {
     "lateness": 1000,
@@ -66,6 +66,9 @@ FULL = {
     "list_calls": 200_000,
     "list_tenants": 100,
     "list_queries": 500,
+    "flow_calls": 300,
+    "flow_backlog": 1000,
+    "flow_spread": 5.0,
 }
 QUICK = {
     **FULL,
@@ -85,6 +88,9 @@ QUICK = {
     "list_calls": 10_000,
     "list_tenants": 20,
     "list_queries": 50,
+    "flow_calls": 100,
+    "flow_backlog": 300,
+    "flow_spread": 3.0,
 }
 BIG = {"list_calls": 1_000_000}
 
@@ -230,6 +236,14 @@ class Run:
             if "submission" in self.only:
                 with self.profiled("submission", workers):
                     self.phase("submission", self.submission_phase)
+            if "flow" in self.only:
+                self.results["agent"]["flow"] = flow.flow_isolation(
+                    url=self.target_url,
+                    count=s["flow_calls"],
+                    backlog=s["flow_backlog"],
+                    spread=s["flow_spread"],
+                    lead=s["lateness_lead"],
+                )
         finally:
             self.children.stop(workers)
 
@@ -322,7 +336,7 @@ class Run:
         self.setup()
         if "drain" in self.only:
             self.phase("bare", self.bare)
-        if self.only & {"lateness", "drain", "submission"}:
+        if self.only & {"lateness", "drain", "submission", "flow"}:
             self.phase("agent", self.agent_phase)
         if self.only & {"lateness", "drain"} and not self.args.skip_peers:
             self.phase("celery", self.celery_phase)
@@ -495,6 +509,25 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             "POST service-calls p50 / p99 (ms), wrk",
             f"{fmt(get(a, 'submission_wrk', 'p50_ms'))} / {fmt(get(a, 'submission_wrk', 'p99_ms'))}",
         )
+    if a.get("flow"):
+        f = a["flow"]
+        add(
+            "flow: other tenant's lateness p50 / p99, alone (ms)",
+            f"{fmt(get(f, 'alone_ms', 'p50'))} / {fmt(get(f, 'alone_ms', 'p99'))}",
+        )
+        beside = get(f, "beside_ms", "p99")
+        alone = get(f, "alone_ms", "p99")
+        add(
+            f"flow: … beside {f['backlog']:,} calls held by flow control (ms)",
+            f"{fmt(get(f, 'beside_ms', 'p50'))} / {fmt(beside)}",
+            target=verdict(
+                None if beside is None or alone is None else beside <= alone + 100, "p99 within 100 ms of alone"
+            ),
+        )
+        add(
+            f"flow: limited tenant's starts/s (limit {f['limits']['ratePerSecond']}/s)",
+            get(f, "limited_starts_per_second"),
+        )
     if lst:
         calls = lst["calls"]
         labels = {"one_tag": "1 tag", "two_tags": "2 tags", "favorite": "favorite", "status": "status"}
@@ -544,6 +577,13 @@ def render(results: dict) -> str:
         notes.append(
             "django-q2 lateness: when its no-op task ran (Task.stopped) - due; Task.started is set "
             "when its scheduler enqueues the task"
+        )
+    flow_result = results["agent"].get("flow")
+    if flow_result:
+        notes.append(
+            f"flow: {flow_result['calls']} calls of one tenant due over {results['sizes']['flow_spread']:.0f}s, alone, "
+            f"then while another tenant limited to {flow_result['limits']} has {flow_result['backlog']} calls due at "
+            f"once ({flow_result['held_at_window_end']} still held when the window ended)"
         )
     delivery = get(results, "agent", "drain", "delivery")
     if delivery:

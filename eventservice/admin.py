@@ -59,7 +59,7 @@ class TaskQueueReadOnlyMixin(SuperuserOnlyMixin):
 
 # The apps whose admins are the product's: scoped by tenants.admin, or holding no tenant's data.
 PRODUCT_APPS = frozenset(
-    {"tenants", "orchestration", "timer", "execution", "outbox", "delivery", "workers", "eventservice"}
+    {"tenants", "orchestration", "timer", "execution", "outbox", "delivery", "schedules", "workers", "eventservice"}
 )
 
 

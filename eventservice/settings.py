@@ -9,7 +9,17 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
-from core.env import SettingsError, env_bool, env_duration, env_durations, env_int, env_list, env_pair, env_str
+from core.env import (
+    SettingsError,
+    env_bool,
+    env_choice,
+    env_duration,
+    env_durations,
+    env_int,
+    env_list,
+    env_pair,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
@@ -80,6 +90,7 @@ INSTALLED_APPS = [
     "execution",
     "outbox",
     "delivery",
+    "schedules",
     "workers",
     "eventservice",
     "django.contrib.admin",
@@ -151,10 +162,22 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------------
-DATABASE_URL = env_str("DATABASE_URL", f"sqlite:///{DATA_DIR / 'event_service.db'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
+DATABASE_URL = env_str("DATABASE_URL", "") or f"sqlite:///{DATA_DIR / 'event_service.db'}"
+try:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
+except ValueError:
+    # Not the value itself in the message: it may hold a password.
+    raise SettingsError(
+        "DATABASE_URL is not a database URL (sqlite:///path/to/file.db or postgres://user:pw@host:5432/db)"
+    ) from None
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot create {Path(DATABASES['default']['NAME']).parent} for the SQLite database "
+            f"(DATA_DIR or DATABASE_URL): {exc.strerror}"
+        ) from None
     # WAL lets readers run beside the single writer; IMMEDIATE makes every atomic block take
     # the write lock up front, so two writers queue on busy_timeout instead of deadlocking
     # on a read-to-write upgrade ("database is locked").
@@ -201,8 +224,12 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", "") or BASE_DIR / "staticfiles")
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# WhiteNoise serves STATIC_ROOT once `collectstatic` has filled it (compressed copies included).
+# Until then it serves the files straight from the app folders, so pages have their CSS under
+# `manage.py runserver` or gunicorn whatever DEBUG says (outside DEBUG runserver serves none).
+WHITENOISE_USE_FINDERS = not (STATIC_ROOT.is_dir() and any(STATIC_ROOT.iterdir()))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -281,7 +308,9 @@ RESPONSE_MAX_HEADERS = env_int("RESPONSE_MAX_HEADERS", 100, minimum=1)
 RESPONSE_MAX_HEADER_BYTES = env_int("RESPONSE_MAX_HEADER_BYTES", 64 * 1024, minimum=1024)
 EGRESS_ALLOWLIST = env_list("EGRESS_ALLOWLIST", [])
 # The built-in mock target lives on this server; its address is allowed by default.
-AGENT_BASE_URL = env_str("AGENT_BASE_URL", "http://127.0.0.1:8000")
+AGENT_BASE_URL = env_str("AGENT_BASE_URL", "") or "http://127.0.0.1:8000"
+if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", AGENT_BASE_URL):
+    raise SettingsError(f"AGENT_BASE_URL must be an http:// or https:// URL, got {AGENT_BASE_URL!r}")
 SECRET_HEADER_PATTERNS = env_list(
     "SECRET_HEADER_PATTERNS",
     ["authorization", "proxy-authorization", "cookie", "set-cookie", "token", "secret", "key", "password"],
@@ -352,6 +381,8 @@ DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
 # Subscriptions a tenant may have (operator-wide ones are not counted): each one multiplies the
 # tenant's events into notifications and deliveries.
 MAX_SUBSCRIPTIONS_PER_TENANT = env_int("MAX_SUBSCRIPTIONS_PER_TENANT", 50, minimum=1)
+# Recurring schedules a tenant may have: each one makes a call per occurrence (docs/schedules.md).
+MAX_SCHEDULES_PER_TENANT = env_int("MAX_SCHEDULES_PER_TENANT", 100, minimum=1)
 # NATS JetStream: with a URL, an operator-wide subscription publishes every event to the stream
 # (ensured at start: subjects serviceagent.>, duplicate window 10 min).
 NATS_URL = env_str("NATS_URL", "").strip()
@@ -362,22 +393,31 @@ NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", "serviceagent.{tenantId
 NATS_PUBLISH_TIMEOUT_MS = env_int("NATS_PUBLISH_TIMEOUT_MS", 5_000, minimum=100, maximum=60_000)
 
 # --- Logging --------------------------------------------------------------------------------
-LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+# One line per record on stderr, with tenantId, serviceCallId and correlationId wherever known:
+# JSON for log collectors (the default), or text for a person at a terminal (scripts/start
+# picks text when its output is one).
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMAT = env_choice("LOG_FORMAT", "json", ("json", "text"))
+LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", LOG_LEVELS)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {"context": {"()": "core.logging.ContextFilter"}},
-    "formatters": {"json": {"()": "core.logging.JsonFormatter"}},
+    "formatters": {
+        "json": {"()": "core.logging.JsonFormatter"},
+        "text": {"()": "core.logging.TextFormatter"},
+    },
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context"]},
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         # django-q2 logs as "django-q" (conf.py), not under its package name.
-        "django-q": {"level": env_str("Q_LOG_LEVEL", "WARNING")},
+        "django-q": {"level": env_choice("Q_LOG_LEVEL", "WARNING", LOG_LEVELS)},
         # django-axes: failed logins and lockouts are warnings; its INFO lines are start-up noise.
         "axes": {"level": "WARNING"},
-        # The event sink logs every published event; quiet it with EVENT_LOG_LEVEL=WARNING.
-        "serviceagent.events": {"level": env_str("EVENT_LOG_LEVEL", "INFO")},
+        # The event sink logs every published event at INFO, four or more lines per call: off
+        # unless asked for (EVENT_LOG_LEVEL=INFO). Subscribers and the events feed get them all.
+        "serviceagent.events": {"level": env_choice("EVENT_LOG_LEVEL", "WARNING", LOG_LEVELS)},
     },
 }

@@ -32,6 +32,9 @@ class AttemptOrder:
     request: HttpRequest
     # The call's attempt number (1, 2, ...): the claim is unique per (call, attempt).
     attempt: int = 1
+    # Not sent before this instant (seconds since the epoch), when set: the start that flow
+    # control's rate gave the call (docs/flow-control.md).
+    not_before: float | None = None
 
 
 @dataclass(frozen=True)

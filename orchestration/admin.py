@@ -10,20 +10,23 @@ from __future__ import annotations
 import re
 import uuid
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Prefetch, Q
 from django.utils.html import format_html, format_html_join
 
-from core.errors import Conflict
+from core.errors import Conflict, ValidationFailed
 from core.ids import new_id, short_id
 from core.rendering import display_json
 from execution.models import HttpExecution
+from orchestration.admission import flow_control_set, held_count, held_ms_of
 from orchestration.filters import ServiceCallFilter
-from orchestration.models import ServiceCall, ServiceCallTag
+from orchestration.flow import UNLIMITED, validate_flow_control
+from orchestration.models import FlowControl, ServiceCall, ServiceCallTag
 from orchestration.representation import outcome_representation
 from orchestration.services import public_request_spec, service_call_cancel, service_call_rerun
 from outbox.models import OutboxEvent
-from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, visible_tenant_ids
+from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, TenantScopedAdmin, visible_tenant_ids
 from timer.models import TimerSchedule
 
 _ID_PREFIX = re.compile(r"^[0-9a-fA-F-]{4,36}$")
@@ -131,6 +134,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         "request_shown",
         "attempt_shown",
         "next_attempt_at",
+        "held_shown",
         "retry_policy_shown",
         "outcome_shown",
         "last_error_shown",
@@ -188,6 +192,13 @@ class ServiceCallAdmin(ReadOnlyAdmin):
     def next_attempt_at(self, obj: ServiceCall):
         waiting = obj.status == ServiceCall.Status.SCHEDULED and obj.attempts
         return obj.due_at if waiting else "—"
+
+    @admin.display(description="held by flow control")
+    def held_shown(self, obj: ServiceCall) -> str:
+        held = held_ms_of(obj)
+        if obj.held_since is not None:
+            return f"waiting since {obj.held_since:%Y-%m-%d %H:%M:%S} UTC ({held / 1000:.1f} s so far)"
+        return f"{held / 1000:.1f} s" if held else "—"
 
     @admin.display(description="retry policy")
     def retry_policy_shown(self, obj: ServiceCall) -> str:
@@ -279,3 +290,69 @@ class ServiceCallAdmin(ReadOnlyAdmin):
                 f"Not cancelled, no longer Scheduled: {', '.join(refused)}.",
                 messages.WARNING,
             )
+
+
+class FlowControlForm(forms.ModelForm):
+    """The limits as the API takes them, checked by orchestration.flow.validate_flow_control."""
+
+    hosts = forms.JSONField(
+        required=False,
+        help_text='Per target host: {"api.example.com": {"parallelism": 2, "ratePerSecond": 5}}.',
+    )
+
+    class Meta:
+        model = FlowControl
+        fields = ("tenant", "parallelism", "rate_per_second", "hosts")
+
+    def clean(self):
+        data = super().clean()
+        wire = {
+            "parallelism": data.get("parallelism"),
+            "ratePerSecond": data.get("rate_per_second"),
+            "hosts": data.get("hosts") or {},
+        }
+        fields = {"parallelism": "parallelism", "ratePerSecond": "rate_per_second"}
+        try:
+            self.limits = validate_flow_control(wire)
+        except ValidationFailed as exc:
+            for name, messages_ in exc.errors.items():
+                field = fields.get(name, "hosts")
+                if field in self.fields:
+                    self.add_error(field, [f"{name}: {m}" if field == "hosts" else m for m in messages_])
+            return data
+        if not self.limits.limited:
+            raise forms.ValidationError("Set at least one limit; delete the flow control to remove them all.")
+        return data
+
+
+@admin.register(FlowControl)
+class FlowControlAdmin(TenantScopedAdmin):
+    """A tenant's flow-control limits; every change goes through orchestration's
+    flow_control_set, never a direct save (docs/flow-control.md)."""
+
+    form = FlowControlForm
+    list_display = ("tenant", "parallelism", "rate_per_second", "host_count", "held_now", "updated_at")
+    search_fields = ("tenant__id", "tenant__name")
+    readonly_fields = ("updated_at", "held_now")
+
+    def get_readonly_fields(self, request, obj=None):
+        # The tenant is the row's key: chosen when adding, fixed after.
+        return (*self.readonly_fields, "tenant") if obj is not None else self.readonly_fields
+
+    @admin.display(description="hosts")
+    def host_count(self, obj: FlowControl) -> int:
+        return len(obj.hosts or {})
+
+    @admin.display(description="calls held now")
+    def held_now(self, obj: FlowControl) -> int:
+        return held_count(tenant_id=obj.tenant_id) if obj.tenant_id else 0
+
+    def save_model(self, request, obj, form, change):
+        flow_control_set(tenant_id=obj.tenant_id, limits=form.limits)
+
+    def delete_model(self, request, obj):
+        flow_control_set(tenant_id=obj.tenant_id, limits=UNLIMITED)
+
+    def delete_queryset(self, request, queryset):
+        for tenant_id in queryset.values_list("tenant_id", flat=True):
+            flow_control_set(tenant_id=tenant_id, limits=UNLIMITED)

@@ -46,6 +46,19 @@ class ServiceCall(models.Model):
     # {maxAttempts, minBackoffMs, maxBackoffMs, retryOn, retryInterrupted} (docs/retries.md);
     # null: one attempt.
     retry_policy = JSONField(null=True, blank=True)
+    # The recurring schedule that made this call, and which of its occurrences it is
+    # (docs/schedules.md). No foreign key: deleting a schedule leaves its calls as they are.
+    schedule_id = models.UUIDField(null=True, blank=True)
+    occurrence_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (docs/flow-control.md): the host the request goes to, as limits name it
+    # (orchestration.flow.target_host; null on rows older than flow control), and, while a
+    # due call waits for room under its tenant's limits, since when and in which queue (its
+    # host's when that host has a limit of its own, else "": the tenant's).
+    target_host = models.CharField(max_length=300, null=True, blank=True)
+    held_since = models.DateTimeField(null=True, blank=True)
+    held_queue = models.CharField(max_length=300, blank=True, default="")
+    # Milliseconds this call waited for flow control, over all its attempts.
+    held_ms = models.BigIntegerField(default=0)
 
     class Meta:
         db_table = "service_calls"
@@ -65,6 +78,18 @@ class ServiceCall(models.Model):
                 condition=Q(error_kind__isnull=True) | Q(error_kind__in=ErrorKind.values),
                 name="service_calls_error_kind_valid",
             ),
+            # One live call per occurrence of a schedule, however many clusters make it; a
+            # cancelled one (a pause, a change) leaves the occurrence free to be made again.
+            models.UniqueConstraint(
+                fields=["tenant", "schedule_id", "occurrence_at"],
+                condition=Q(schedule_id__isnull=False) & ~Q(status="Cancelled"),
+                name="service_calls_schedule_occurrence",
+            ),
+            models.CheckConstraint(
+                condition=Q(schedule_id__isnull=True, occurrence_at__isnull=True)
+                | Q(schedule_id__isnull=False, occurrence_at__isnull=False),
+                name="service_calls_occurrence_with_schedule",
+            ),
             # The timestamps follow the status: nothing started while Scheduled, a terminal
             # call has finished, and only a Failed call carries an error kind.
             models.CheckConstraint(
@@ -79,6 +104,11 @@ class ServiceCall(models.Model):
                 condition=Q(status="Failed") | Q(error_kind__isnull=True),
                 name="service_calls_error_kind_only_failed",
             ),
+            # Only a Scheduled call waits for flow control.
+            models.CheckConstraint(
+                condition=Q(status="Scheduled") | Q(held_since__isnull=True),
+                name="service_calls_held_only_scheduled",
+            ),
         ]
         indexes = [
             # Status filter of the list: WHERE tenant_id=? AND status IN (...) ORDER BY id DESC.
@@ -89,6 +119,13 @@ class ServiceCall(models.Model):
             models.Index(fields=["started_at"], condition=Q(status="Running"), name="service_calls_running"),
             # The watchdog's overdue sweep: Scheduled calls by due time.
             models.Index(fields=["due_at"], condition=Q(status="Scheduled"), name="service_calls_scheduled_due"),
+            # Flow control's held calls (orchestration.admission): the tenants that have any,
+            # each tenant's queues, and the oldest calls of a queue, each an index probe.
+            models.Index(
+                fields=["tenant", "held_queue", "due_at", "service_call_id"],
+                condition=Q(status="Scheduled", held_since__isnull=False),
+                name="service_calls_held",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -119,3 +156,43 @@ class ServiceCallTag(models.Model):
 
     def __str__(self) -> str:
         return self.tag
+
+
+class FlowControl(models.Model):
+    """A tenant's flow-control limits and the state of its rate limits (docs/flow-control.md).
+
+    A row exists only while the tenant has some limit; orchestration's services are its only
+    writers (orchestration.admission: flow_control_set, and the start of calls, which locks the
+    row while it counts and moves the TATs).
+    """
+
+    tenant = models.OneToOneField(
+        "tenants.Tenant", on_delete=models.CASCADE, primary_key=True, db_column="tenant_id", related_name="+"
+    )
+    parallelism = models.PositiveIntegerField(null=True, blank=True)
+    rate_per_second = models.FloatField(null=True, blank=True)
+    # {host: {parallelism, ratePerSecond}}: the wire shape (orchestration.flow.FlowLimits).
+    hosts = JSONField(default=dict, blank=True)
+    # GCRA state: the theoretical arrival time of the next start (seconds since the epoch),
+    # for the tenant's rate and for each host's; a TAT in the past means "may start now".
+    tenant_tat = models.FloatField(null=True, blank=True)
+    host_tats = JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "flow_controls"
+        verbose_name = "flow control"
+        verbose_name_plural = "flow controls"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(parallelism__isnull=True) | Q(parallelism__gte=1),
+                name="flow_controls_parallelism_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(rate_per_second__isnull=True) | Q(rate_per_second__gt=0),
+                name="flow_controls_rate_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"flow control of {self.tenant_id}"

@@ -13,7 +13,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,8 @@ from core.errors import Conflict, NotFound
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
 from execution.outcomes import ErrorKind, Outcome
+from orchestration.admission import admit, held_since_cleared_on_cancel, release_held, starts_place
+from orchestration.flow import target_host
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
 from orchestration.retries import RetryPolicy, next_attempt_at, should_retry
 from orchestration.validation import Submission, validate_encodable, validate_tags
@@ -61,6 +63,8 @@ class StartedCall:
     body: Any
     timeout_ms: int
     attempt: int = 1
+    # Flow control's rate may admit a call a moment before it starts: not sent before then.
+    not_before: datetime | None = None
 
     @property
     def key(self) -> CallKey:
@@ -111,11 +115,14 @@ def service_call_submit(
     correlation_id: str,
     rerun_of: uuid.UUID | None = None,
     sealed_headers: dict[str, Any] | None = None,
+    occurrence: tuple[uuid.UUID, datetime] | None = None,
 ) -> tuple[ServiceCall, bool]:
     """Store a call as Scheduled with its tags, events and timer. Returns (call, created).
 
     A reused idempotency key with the same payload returns the existing call (created=False);
-    with a different payload it raises Conflict.
+    with a different payload it raises Conflict. `occurrence` (schedule id, occurrence time)
+    marks the call a schedule makes: an occurrence already made returns that call
+    (created=False), whoever made it.
     """
     fingerprint = _fingerprint(submission)
     if submission.idempotency_key is not None:
@@ -131,8 +138,19 @@ def service_call_submit(
                 fingerprint=fingerprint,
                 rerun_of=rerun_of,
                 sealed_headers=sealed_headers,
+                occurrence=occurrence,
             )
     except IntegrityError:
+        if occurrence is not None:
+            # Another cluster made this occurrence first (service_calls_schedule_occurrence).
+            existing = (
+                ServiceCall.objects.filter(tenant_id=tenant_id, schedule_id=occurrence[0], occurrence_at=occurrence[1])
+                .exclude(status=ServiceCall.Status.CANCELLED)
+                .first()
+            )
+            if existing is None:
+                raise
+            return existing, False
         # Two requests raced with one idempotency key: the other one stored first.
         if submission.idempotency_key is None:
             raise
@@ -163,6 +181,7 @@ def _insert_call(
     fingerprint: str,
     rerun_of: uuid.UUID | None,
     sealed_headers: dict[str, Any] | None,
+    occurrence: tuple[uuid.UUID, datetime] | None = None,
 ) -> ServiceCall:
     now = utcnow()
     due_at = submission.due_at if submission.due_at and submission.due_at > now else now
@@ -186,6 +205,9 @@ def _insert_call(
         request_fingerprint=fingerprint,
         rerun_of=rerun_of,
         retry_policy=submission.retry_policy.as_wire() if submission.retry_policy else None,
+        schedule_id=occurrence[0] if occurrence else None,
+        occurrence_at=occurrence[1] if occurrence else None,
+        target_host=target_host(submission.url),
     )
     ServiceCallTag.objects.bulk_create(
         [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in submission.tags]
@@ -202,6 +224,7 @@ def _insert_call(
                     "dueAt": iso_ms(due_at),
                     "tags": submission.tags,
                     **({"retryPolicy": call.retry_policy} if call.retry_policy else {}),
+                    **({"scheduleId": str(occurrence[0]), "occurrenceAt": iso_ms(occurrence[1])} if occurrence else {}),
                     **({"rerunOf": str(rerun_of)} if rerun_of else {}),
                 },
                 now,
@@ -235,7 +258,8 @@ def _enqueue_start(tenant_id: str, service_call_id: uuid.UUID) -> None:
 
 
 def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
-    """Scheduled -> Running for the given calls that are due; others are left alone."""
+    """Scheduled -> Running for the given calls that are due; others are left alone. A call
+    over its tenant's flow-control limits stays Scheduled, held (docs/flow-control.md)."""
     if not keys:
         return []
     wanted = {key.service_call_id: key.tenant_id for key in keys}
@@ -244,19 +268,42 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
         rows = list(
             ServiceCall.objects.select_for_update(skip_locked=True)
             .filter(pk__in=list(wanted), status=ServiceCall.Status.SCHEDULED, due_at__lte=now)
-            .only("service_call_id", "tenant_id", "correlation_id", "request_spec", "attempts")
+            .only(
+                "service_call_id",
+                "tenant_id",
+                "correlation_id",
+                "request_spec",
+                "attempts",
+                "due_at",
+                "target_host",
+                "held_since",
+                "held_queue",
+                "held_ms",
+            )
         )
         rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
+        rows, now, later = admit(rows, now=now)
         if not rows:
             return []
+        held_ms = release_held(rows, now=now)
         updated = ServiceCall.objects.filter(
             pk__in=[row.pk for row in rows], status=ServiceCall.Status.SCHEDULED
         ).update(status=ServiceCall.Status.RUNNING, started_at=now, attempts=F("attempts") + 1)
         if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
             raise RuntimeError("start raced with another writer")
+        starts_place(later)
         outbox_append(
             events=[
-                _event(row, OutboxEvent.Type.RUNNING, {"startedAt": iso_ms(now), "attempt": row.attempts + 1}, now)
+                _event(
+                    row,
+                    OutboxEvent.Type.RUNNING,
+                    {
+                        "startedAt": iso_ms(later.get(row.pk, now)),
+                        "attempt": row.attempts + 1,
+                        **({"heldMs": held_ms[row.pk]} if held_ms.get(row.pk) else {}),
+                    },
+                    now,
+                )
                 for row in rows
             ]
         )
@@ -264,7 +311,7 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
         for row in rows:
             attempt = row.attempts + 1
             try:
-                started.append(_started(row, attempt=attempt))
+                started.append(replace(_started(row, attempt=attempt), not_before=later.get(row.pk)))
             except SecretUnavailable as exc:
                 unreadable.append((CallKey(row.tenant_id, row.service_call_id, attempt), _unreadable_outcome(exc)))
         # A sealed header no configured key opens: fail now rather than leave it for the watchdog.
@@ -429,7 +476,7 @@ def service_call_cancel(
         now = utcnow()
         changed = ServiceCall.objects.filter(
             pk=call.service_call_id, tenant_id=tenant_id, status=ServiceCall.Status.SCHEDULED
-        ).update(status=ServiceCall.Status.CANCELLED, finished_at=now)
+        ).update(status=ServiceCall.Status.CANCELLED, finished_at=now, **held_since_cleared_on_cancel(call, now=now))
         call.refresh_from_db()
         if not changed:
             if call.status == ServiceCall.Status.CANCELLED:
@@ -458,7 +505,8 @@ def service_calls_rearm_overdue(*, due_before: datetime, limit: int = 500) -> in
     locked (SKIP LOCKED, so two clusters never wait on each other); if that holder rolled
     back, the fired timer would leave the call Scheduled for ever without this sweep."""
     overdue = list(
-        ServiceCall.objects.filter(status=ServiceCall.Status.SCHEDULED, due_at__lt=due_before)
+        # A held call waits for flow control, its timer Reached on purpose: the flow loop starts it.
+        ServiceCall.objects.filter(status=ServiceCall.Status.SCHEDULED, due_at__lt=due_before, held_since__isnull=True)
         .order_by("due_at")
         .values_list("service_call_id", "tenant_id", "due_at", "correlation_id")[:limit]
     )
@@ -541,8 +589,11 @@ def service_call_favorite_set(
     )
 
 
-def service_call_rerun(*, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str) -> ServiceCall:
-    """Submit a new call with the same request (new id, due now); ValidationFailed if the stored
+def service_call_rerun(
+    *, tenant_id: str, service_call_id: uuid.UUID | str, correlation_id: str, due_at: datetime | None = None
+) -> ServiceCall:
+    """Submit a new call with the same request and retry policy (new id), due at `due_at` (checked by the edge,
+    orchestration.validation.validate_rerun; None or past: now); ValidationFailed if the stored
     request holds what validation now refuses."""
     original = _get(tenant_id, service_call_id)
     spec = original.request_spec
@@ -562,9 +613,11 @@ def service_call_rerun(*, tenant_id: str, service_call_id: uuid.UUID | str, corr
         headers={name: "" for name in spec.get("headers") or {}},  # sealed values copied below
         body=spec.get("body"),
         timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
-        due_at=None,
+        due_at=due_at,
         tags=tags,
         idempotency_key=None,
+        # The same policy: a rerun is the same call made again (docs/retries.md).
+        retry_policy=RetryPolicy.from_wire(original.retry_policy) if original.retry_policy else None,
     )
     call, _ = service_call_submit(
         tenant_id=tenant_id,

@@ -7,6 +7,9 @@ processes. It holds:
 - a recorder that writes finished attempts and call outcomes in small batches;
 - the outbox dispatcher loop;
 - the watchdog (crash recovery, stuck calls) and retention;
+- the flow loop, which starts the calls flow control held once their limits have room
+  (docs/flow-control.md);
+- the schedules loop, which makes each recurring schedule's next call ahead (docs/schedules.md);
 - records of its loop runs (the worker session itself is kept by SessionKeeper).
 Several engines (clusters, hosts) may run at once: every claim is a conditional update.
 """
@@ -34,9 +37,12 @@ from execution.services import Attempt
 from orchestration.services import CallKey
 from outbox.dispatcher import dispatch_batch
 from outbox.services import outbox_delete_published_before
+from schedules.services import BATCH as SCHEDULES_BATCH
+from schedules.services import schedules_materialize
 from timer.scheduler import NearTermScheduler
 from timer.selectors import DueTimer
 from workers import recovery
+from workers.flow import FlowLoop
 from workers.keeper import SessionKeeper
 from workers.pipeline import record, run_attempt, start_and_claim
 from workers.services import RunRecorder, runs_delete_older_than
@@ -51,6 +57,10 @@ RECORD_GATHER_SECONDS = 0.01
 RECORD_BATCH = 100
 # Due calls started (and their attempts claimed) per transaction.
 START_CHUNK = 100
+# How often the schedules loop looks for schedules whose call made ahead came due, and how
+# long a schedule whose round failed is left aside.
+SCHEDULES_INTERVAL_SECONDS = 1.0
+SCHEDULE_SET_ASIDE_SECONDS = 60.0
 # Outbox events claimed per dispatch transaction, at most (OUTBOX_BATCH_SIZE may be smaller):
 # a due timer waits for the transaction in progress, so none may be long.
 DISPATCH_CHUNK = 100
@@ -125,6 +135,7 @@ class Engine:
             on_run=self._record_run,
             write_guard=self.gate.urgent,
         )
+        self.flow = FlowLoop(self._start_held, on_run=self._record_run)
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
@@ -142,6 +153,8 @@ class Engine:
             ("dispatch", self._dispatch_loop),
             ("delivery", self._delivery_loop),
             ("watchdog", self._watchdog_loop),
+            ("flow", self._flow_loop),
+            ("schedules", self._schedules_loop),
         ]:
             thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
             thread.start()
@@ -204,6 +217,16 @@ class Engine:
                 )
             self.execute(attempts)
 
+    def _flow_loop(self) -> None:
+        self.flow.run(self.stop_event)
+
+    def _start_held(self, keys: list[CallKey]) -> int:
+        """Start held calls (the flow loop): after the timer's starts, never before them."""
+        with self.gate.slot():
+            attempts = start_and_claim(keys, worker_id=self.session_id)
+        self.execute(attempts)
+        return len(attempts)
+
     def execute(self, attempts: list[Attempt]) -> None:
         for attempt in attempts:
             with self._in_flight_lock:
@@ -249,6 +272,7 @@ class Engine:
                 with self.gate.slot():
                     record(batch)
                 self._record_run("execution", started=started, items=len(batch))
+                self.flow.finished(attempt.order.tenant_id for attempt, _ in batch)
                 return
             except Exception as exc:
                 logger.exception("recording %d outcomes failed (try %d)", len(batch), attempt_number + 1)
@@ -318,6 +342,32 @@ class Engine:
                     deliverer.wait(idle)
         finally:
             deliverer.stop(wait=False)
+
+    # -- recurring schedules ------------------------------------------------------------------
+    def _schedules_loop(self) -> None:
+        """Each schedule's next call, made as the one made ahead comes due, and its missed
+        occurrences settled when the workers come back (docs/schedules.md). A schedule whose
+        round fails is logged and left aside for a minute, never retried in a tight loop."""
+        set_aside: dict = {}
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            for schedule_id, until in list(set_aside.items()):
+                if until <= started:
+                    del set_aside[schedule_id]
+            try:
+                done = schedules_materialize(write_guard=self.gate.slot, set_aside=set_aside)
+            except Exception as exc:
+                logger.exception("schedules pass failed")
+                self._record_run("schedules", started=started, items=0, error=exc)
+                close_old_connections()
+                self.stop_event.wait(SCHEDULES_INTERVAL_SECONDS)
+                continue
+            for schedule_id in done.failed:
+                set_aside[schedule_id] = started + SCHEDULE_SET_ASIDE_SECONDS
+            error = RuntimeError(f"{len(done.failed)} schedule round(s) failed") if done.failed else None
+            self._record_run("schedules", started=started, items=done.advanced, error=error)
+            if done.handled < SCHEDULES_BATCH:  # a full batch: more are due, go on at once
+                self.stop_event.wait(SCHEDULES_INTERVAL_SECONDS)
 
     # -- watchdog, retention, heartbeat -------------------------------------------------------
     def _watchdog_loop(self) -> None:

@@ -57,6 +57,8 @@ class LoopRun(models.Model):
         DELIVERY = "delivery"
         WATCHDOG = "watchdog"
         RETENTION = "retention"
+        SCHEDULES = "schedules"
+        FLOW = "flow"
 
     session = models.ForeignKey(WorkerSession, on_delete=models.CASCADE, related_name="runs")
     loop = models.CharField(max_length=16, choices=Loop.choices)
@@ -73,7 +75,18 @@ class LoopRun(models.Model):
         ordering = ["-started_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(loop__in=["timer", "execution", "dispatch", "delivery", "watchdog", "retention"]),
+                condition=Q(
+                    loop__in=[
+                        "timer",
+                        "execution",
+                        "dispatch",
+                        "delivery",
+                        "watchdog",
+                        "retention",
+                        "schedules",
+                        "flow",
+                    ]
+                ),
                 name="worker_loop_runs_loop_valid",
             ),
         ]

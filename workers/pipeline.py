@@ -8,6 +8,7 @@ is another; no HTTP inside either.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 
 from django.db import transaction
@@ -45,6 +46,7 @@ def order_for(call: StartedCall) -> AttemptOrder:
             },
         ),
         attempt=call.attempt,
+        not_before=call.not_before.timestamp() if call.not_before else None,
     )
 
 
@@ -66,6 +68,12 @@ def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
 
 def run_attempt(attempt: Attempt) -> Outcome:
     order = attempt.order
+    if order.not_before is not None:
+        # Admitted a moment before its start by flow control's rate: it leaves at its start,
+        # at most orchestration.flow.LOOKAHEAD_SECONDS from now.
+        pause = order.not_before - time.time()
+        if pause > 0:
+            time.sleep(pause)
     with log_context(
         tenantId=order.tenant_id, serviceCallId=str(order.service_call_id), correlationId=order.correlation_id
     ):

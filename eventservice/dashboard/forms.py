@@ -11,10 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
+from core.rendering import display_json
 from core.secrets import is_secret_header
 from delivery.models import Subscription
 from delivery.validation import EVENT_TYPES
+from orchestration.retries import MAX_ATTEMPTS, RetryOn
 from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
 
 # Wire field names (orchestration.validation) -> the control that shows the error.
@@ -27,23 +30,77 @@ WIRE_FIELDS = {
     "requestSpec.timeoutMs": "timeout_ms",
     "dueAt": "due_local",
     "tags": "tags",
+    "retryPolicy": "max_attempts",
+    "retryPolicy.maxAttempts": "max_attempts",
+    "retryPolicy.minBackoffMs": "min_backoff_ms",
+    "retryPolicy.maxBackoffMs": "max_backoff_ms",
+    "retryPolicy.retryOn": "retry_on",
+    "retryPolicy.retryInterrupted": "retry_interrupted",
 }
 
-# The API's messages open with the wire name ("dueAt must be ..."); the page names the thing
-# as its controls do. The API keeps its own wording (orchestration.validation).
+# The API's messages name fields by their wire names ("dueAt must be ...", "requestSpec.body.a
+# contains ..."); the page names them as its controls do. The API keeps its own wording
+# (orchestration.validation).
 PAGE_WORDS = {
-    "dueAt": "Due time",
-    "timeoutMs": "Timeout (ms)",
+    "name": "The name",
+    "requestSpec": "The request",
+    "requestSpec.method": "Method",
     "method": "Method",
+    "requestSpec.url": "The URL",
+    "requestSpec.headers": "Headers",
     "headers": "Headers",
     "requestSpec.body": "The body",
+    "requestSpec.timeoutMs": "Timeout (ms)",
+    "timeoutMs": "Timeout (ms)",
+    "dueAt": "Due time",
+    "tags": "Tags",
+    "idempotencyKey": "The form's submission key",
+    "retryPolicy.maxAttempts": "Attempts",
+    "maxAttempts": "Attempts",
+    "retryPolicy.minBackoffMs": "First retry after (ms)",
+    "minBackoffMs": "First retry after (ms)",
+    "retryPolicy.maxBackoffMs": "Longest wait (ms)",
+    "maxBackoffMs": "Longest wait (ms)",
+    "retryPolicy.retryOn": "Retry on",
+    "retryOn": "Retry on",
+    "retryPolicy.retryInterrupted": "Retry interrupted attempts",
+    "retryInterrupted": "Retry interrupted attempts",
+    "retryPolicy": "The retry policy",
 }
+# A wire name opening a message, or after "A key in " (orchestration.validation.json_value_error),
+# with the path inside its value that such a message adds (".items[0]", '["a b"]').
+_WIRE_HEAD = re.compile(
+    r"(?P<lead>A key in )?"
+    r"(?P<wire>" + "|".join(re.escape(name) for name in sorted(PAGE_WORDS, key=len, reverse=True)) + r")"
+    r"(?P<trail>(?:\.[A-Za-z_$][A-Za-z0-9_$-]*|\[(?:\d+|\"(?:[^\"\\]|\\.)*\")\])*)"
+    r"(?= )"
+)
+
+
+def _page_words(wire: str, trail: str) -> str:
+    label = PAGE_WORDS[wire]
+    if not trail:
+        return label
+    if wire in ("requestSpec.headers", "headers"):  # the path is the header's name
+        name = json.loads(trail[1:-1]) if trail.startswith("[") else trail[1:]
+        return f"Header {name!r}"
+    if wire == "tags" and (index := re.fullmatch(r"\[(\d+)\]", trail)):
+        return f"Tag {int(index[1]) + 1}"
+    return f"{label} at {trail}"
 
 
 def page_message(message: str) -> str:
-    """A wire-worded message in the page's words: only a leading wire name is replaced."""
-    head, sep, rest = message.partition(" ")
-    return f"{PAGE_WORDS[head]}{sep}{rest}" if sep and head in PAGE_WORDS else message
+    """A wire-worded message in the page's words: only a wire name opening the message (or the
+    value a "A key in ..." message names) is replaced, never one quoted inside it."""
+    match = _WIRE_HEAD.match(message)
+    if match is None:
+        return message
+    words = _page_words(match["wire"], match["trail"])
+    if match["lead"]:
+        words = f"{match['lead']}{words[0].lower()}{words[1:]}"
+    rest = message[match.end() :]
+    # The one message naming a second field: the retry policy's bounds.
+    return words + rest.replace("than maxBackoffMs", "than the longest wait")
 
 
 _TAG_SPLIT = re.compile(r"[\s,]+")
@@ -112,12 +169,106 @@ class RequestForm(forms.Form):
         max_value=MAX_TIMEOUT_MS,
         widget=forms.NumberInput(attrs={"placeholder": "30000"}),
     )
+    # The retry policy (docs/retries.md): sent only when attempts > 1; bounds are checked by
+    # orchestration.retries, whose messages the page shows under these fields.
+    max_attempts = forms.IntegerField(
+        label="Attempts",
+        required=False,
+        min_value=1,
+        max_value=MAX_ATTEMPTS,
+        help_text=f"1 makes one attempt; up to {MAX_ATTEMPTS} retries a failure by the rules below.",
+        widget=forms.NumberInput(attrs={"placeholder": "1"}),
+    )
+    min_backoff_ms = forms.IntegerField(
+        label="First retry after (ms)", required=False, widget=forms.NumberInput(attrs={"placeholder": "1000"})
+    )
+    max_backoff_ms = forms.IntegerField(
+        label="Longest wait (ms)", required=False, widget=forms.NumberInput(attrs={"placeholder": "60000"})
+    )
+    retry_on = forms.MultipleChoiceField(
+        label="Retry on",
+        required=False,
+        choices=[
+            (RetryOn.HTTP_5XX, "HTTP 5xx"),
+            (RetryOn.HTTP_429, "HTTP 429"),
+            (RetryOn.TIMEOUT, "Timeout"),
+            (RetryOn.NETWORK_ERROR, "Network error"),
+        ],
+        initial=list(RetryOn.ALL),
+        widget=forms.CheckboxSelectMultiple,
+    )
+    retry_interrupted = forms.BooleanField(
+        label="Retry interrupted attempts (the target may receive a request twice)", required=False
+    )
     # A fresh key per rendered form: submitting the same form twice stores one call.
     idempotency_key = forms.CharField(required=False, widget=forms.HiddenInput)
 
-    def __init__(self, *args: Any, header_rows: list[tuple[str, str]] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        header_rows: list[tuple[str, str]] | None = None,
+        secret_names: set[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.header_rows = header_rows or []
+        # Headers whose values are secret whatever their name says (sealed in a copied call).
+        self.secret_names = secret_names or set()
+
+    @classmethod
+    def copy_of(cls, call: Any, *, tags: list[str]) -> RequestForm:
+        """An unbound form holding a stored call's request, to change and send as a new call.
+
+        Secret header values are left out (docs/security.md §4): the page never holds them, and
+        the rows ask for them again. Carrying them over by reference instead would let a member
+        who never saw a secret send it to a URL of their choosing.
+        """
+        spec = call.request_spec
+        # As redact_headers decides: a secret name, or a value stored sealed (a dict).
+        secrets = {
+            name
+            for name, value in (spec.get("headers") or {}).items()
+            if isinstance(value, dict) or is_secret_header(name)
+        }
+        rows = [(name, "" if name in secrets else str(value)) for name, value in (spec.get("headers") or {}).items()]
+        body = spec.get("body")
+        if body is None:
+            body_format, body_text = cls.BodyFormat.JSON, ""
+        elif isinstance(body, str):  # a string is sent as it is
+            body_format, body_text = cls.BodyFormat.TEXT, body
+        else:
+            body_format, body_text = cls.BodyFormat.JSON, display_json(body)
+        timeout = spec.get("timeoutMs")
+        initial = {
+            "name": call.name,
+            "method": spec["method"],
+            "url": spec["url"],
+            "body_format": body_format,
+            "body": body_text,
+            "tags": " ".join(tags),
+            "when": cls.When.NOW,
+            "timeout_ms": timeout if timeout != settings.EXECUTION_TIMEOUT_MS else None,
+            "idempotency_key": cls.new_idempotency_key(),
+        }
+        if policy := call.retry_policy:
+            initial.update(
+                max_attempts=policy.get("maxAttempts"),
+                min_backoff_ms=policy.get("minBackoffMs"),
+                max_backoff_ms=policy.get("maxBackoffMs"),
+                retry_on=policy.get("retryOn"),
+                retry_interrupted=policy.get("retryInterrupted", False),
+            )
+        return cls(initial=initial, header_rows=rows, secret_names=secrets)
+
+    ADVANCED = ("timeout_ms", "max_attempts", "min_backoff_ms", "max_backoff_ms", "retry_on", "retry_interrupted")
+
+    @property
+    def advanced_open(self) -> bool:
+        """Show the Advanced section when it holds an error or a value that is not the default."""
+        if any(self[name].errors for name in self.ADVANCED):
+            return True
+        attempts = self["max_attempts"].value()
+        return bool(self["timeout_ms"].value()) or str(attempts or "1").strip() not in ("", "1")
 
     @staticmethod
     def new_idempotency_key() -> str:
@@ -132,11 +283,12 @@ class RequestForm(forms.Form):
 
     def display_rows(self) -> list[dict[str, Any]]:
         """Header rows to render: secret values are never echoed back into the page."""
-        rows = [
-            {"name": name, "value": "" if is_secret_header(name) else value, "secret": is_secret_header(name)}
-            for name, value in self.header_rows
-            if name or value
-        ]
+        rows = []
+        for name, value in self.header_rows:
+            if not (name or value):
+                continue
+            secret = is_secret_header(name) or name in self.secret_names
+            rows.append({"name": name, "value": "" if secret else value, "secret": secret})
         return rows or [{"name": "", "value": "", "secret": False}]
 
     def clean(self) -> dict[str, Any]:
@@ -210,6 +362,16 @@ class RequestForm(forms.Form):
             data["dueAt"] = cleaned["due_iso"]
         if cleaned.get("idempotency_key"):
             data["idempotencyKey"] = cleaned["idempotency_key"]
+        if (cleaned.get("max_attempts") or 1) > 1:
+            policy: dict[str, Any] = {
+                "maxAttempts": cleaned["max_attempts"],
+                "retryOn": list(cleaned.get("retry_on") or []),
+                "retryInterrupted": bool(cleaned.get("retry_interrupted")),
+            }
+            for field, wire in (("min_backoff_ms", "minBackoffMs"), ("max_backoff_ms", "maxBackoffMs")):
+                if cleaned.get(field) is not None:
+                    policy[wire] = cleaned[field]
+            data["retryPolicy"] = policy
         return data
 
     def add_wire_errors(self, errors: dict[str, list[str]]) -> None:
@@ -219,6 +381,37 @@ class RequestForm(forms.Form):
                 if field is not None and message in self.errors.get(field, []):
                     continue
                 self.add_error(field, message)
+
+
+class RerunForm(forms.Form):
+    """The details page's 'Run again': now, or at a time chosen in the browser's time zone (the
+    page's script sends it in UTC too, as the request page's schedule does)."""
+
+    when = forms.ChoiceField(
+        required=False,
+        choices=[(RequestForm.When.NOW, "Now"), (RequestForm.When.SCHEDULE, "At a chosen time")],
+    )
+    due_local = forms.CharField(
+        label="Run at",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}),
+    )
+    due_at = forms.CharField(required=False, widget=forms.HiddenInput)
+    tz_offset = forms.IntegerField(required=False, widget=forms.HiddenInput, min_value=-24 * 60, max_value=24 * 60)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if cleaned.get("when") == RequestForm.When.SCHEDULE:
+            try:
+                cleaned["due_iso"] = RequestForm._due_iso(cleaned)
+            except ValueError as exc:
+                self.add_error("due_local", str(exc))
+        return cleaned
+
+    def wire_data(self) -> dict[str, Any]:
+        """The rerun's body in the API's wire shape, for orchestration.validation.validate_rerun."""
+        due = getattr(self, "cleaned_data", {}).get("due_iso")
+        return {"dueAt": due} if due else {}
 
 
 class TagsForm(forms.Form):

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from orchestration.admission import held_ms_of
 from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
 
@@ -31,6 +32,7 @@ def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step
             due_gap if due_gap > timedelta(0) else None,
         ),
     ]
+    steps.extend(_held(call))
     if call.started_at is not None:
         steps.append(Step("Started", call.started_at, "lateness", call.started_at - call.due_at))
     else:
@@ -48,6 +50,20 @@ def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step
     else:
         steps.append(Step("Finished", None, "not yet"))
     return steps
+
+
+def _held(call: ServiceCall) -> list[Step]:
+    """Flow control's wait (docs/flow-control.md): in progress, or done (its length, summed
+    over the call's attempts; placed where it began when the call was held once)."""
+    held = held_ms_of(call)
+    if call.held_since is not None:
+        return [
+            Step("Held", call.held_since, "waiting for room under flow control, so far", timedelta(milliseconds=held))
+        ]
+    if not held:
+        return []
+    began = call.started_at - timedelta(milliseconds=held) if call.started_at and call.attempts <= 1 else None
+    return [Step("Held", began, "held by flow control for", timedelta(milliseconds=held))]
 
 
 def _latency_ms(call: ServiceCall) -> float | None:

@@ -4,7 +4,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from eventservice.dashboard.views import accounts, calls, details, request_page, subscriptions, system
+from eventservice.dashboard.views import (
+    accounts,
+    calls,
+    details,
+    flow_control,
+    request_page,
+    schedules,
+    subscriptions,
+    system,
+)
 
 app_name = "dashboard"
 
@@ -21,6 +30,7 @@ urlpatterns = [
     path("calls/<uuid:service_call_id>/tags", details.call_tags, name="call-tags"),
     path("calls/<uuid:service_call_id>/favorite", details.call_favorite, name="call-favorite"),
     path("calls/<uuid:service_call_id>/rerun", details.call_rerun, name="call-rerun"),
+    path("calls/<uuid:service_call_id>/cancel", details.call_cancel, name="call-cancel"),
     path("subscriptions/", subscriptions.subscriptions_page, name="subscriptions"),
     path("subscriptions/new/", subscriptions.subscription_new, name="subscription-new"),
     path("subscriptions/<uuid:subscription_id>/", subscriptions.subscription_detail, name="subscription-detail"),
@@ -48,5 +58,11 @@ urlpatterns = [
         subscriptions.delivery_resend,
         name="delivery-resend",
     ),
+    path("flow-control/", flow_control.flow_control_page, name="flow-control"),
+    path("schedules/", schedules.schedules_page, name="schedules"),
+    path("schedules/new/", schedules.schedule_new, name="schedule-new"),
+    path("schedules/<uuid:schedule_id>/", schedules.schedule_detail, name="schedule-detail"),
+    path("schedules/<uuid:schedule_id>/paused", schedules.schedule_paused, name="schedule-paused"),
+    path("schedules/<uuid:schedule_id>/delete", schedules.schedule_delete_view, name="schedule-delete"),
     path("system/", system.system_page, name="system"),
 ]

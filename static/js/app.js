@@ -2,7 +2,7 @@
 (function () {
   "use strict";
 
-  var TERMINAL = ["Succeeded", "Failed"];
+  var TERMINAL = ["Succeeded", "Failed", "Cancelled"];
 
   function csrfToken() {
     var match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);

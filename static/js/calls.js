@@ -1,4 +1,4 @@
-/* Status page: refresh the statuses of unfinished calls without reloading. */
+/* Status page: refresh the statuses and outcomes of unfinished calls without reloading. */
 (function () {
   "use strict";
   document.addEventListener("DOMContentLoaded", function () {
@@ -25,6 +25,11 @@
           row.querySelector(".execution").innerHTML = call.startedAt
             ? '<span class="muted">started</span> ' + SA.timeHTML(call.startedAt)
             : '<span class="muted">due</span> ' + SA.timeHTML(call.dueAt);
+          // Rendered (and escaped) by the server, exactly as the page renders the cell.
+          row.querySelector(".outcome-cell").innerHTML = call.outcomeHtml;
+          // Only a Scheduled call can be cancelled: the control goes once it has started.
+          var cancel = row.querySelector(".row-cancel");
+          if (cancel && call.status !== "Scheduled") cancel.parentNode.removeChild(cancel);
           row.classList.add("flash");
           setTimeout(function () { row.classList.remove("flash"); }, 1200);
         });

@@ -32,9 +32,11 @@ from tests.support.factories import (
     HOUR,
     make_call,
     make_failed_call,
+    make_flow_control,
     make_member,
     make_succeeded_call,
 )
+from tests.support.schedules import make_schedule
 from tests.support.subscriptions import fan_out, make_subscription, record_try
 from workers.models import LoopRun, WorkerSession
 from workers.services import RunRecorder, session_start, session_stop
@@ -42,7 +44,17 @@ from workers.services import RunRecorder, session_start, session_stop
 ROOT = Path(__file__).resolve().parents[2]
 # The apps whose admins apply the tenant scoping (tenants.admin.TenantScopedAdmin) or hold no
 # tenant data; every other registered admin is operator tooling, for superusers only.
-PRODUCT_APPS = {"tenants", "orchestration", "timer", "execution", "outbox", "delivery", "workers", "eventservice"}
+PRODUCT_APPS = {
+    "tenants",
+    "orchestration",
+    "timer",
+    "execution",
+    "outbox",
+    "delivery",
+    "schedules",
+    "workers",
+    "eventservice",
+}
 REGISTERED = sorted(admin.site._registry.items(), key=lambda item: item[0]._meta.label)
 PRODUCT_ADMINS = [(model, model_admin) for model, model_admin in REGISTERED if model._meta.app_label in PRODUCT_APPS]
 OTHER_ADMINS = [(model, model_admin) for model, model_admin in REGISTERED if model._meta.app_label not in PRODUCT_APPS]
@@ -94,7 +106,12 @@ class AcmeData:
             make_failed_call("globex", name="globex-zq broken"),
             make_call("globex", name="globex-zq later", tags=["globex-zq-tag"], due_in=HOUR),
         ]
+        # Recurring schedules, each with its first call made ahead.
+        make_schedule("acme", name="acme-zq nightly", url="http://127.0.0.1:9/acme-zq-schedule", tags=["acme-zq-tag"])
+        make_schedule("globex", name="globex-zq nightly", url="http://127.0.0.1:9/globex-zq-schedule")
         make_member("acme-zq-user", "acme", password="pw-acme-zq-123")
+        make_flow_control("acme", parallelism=2, hosts={"acme-zq-host.example.com": {"ratePerSecond": 1}})
+        make_flow_control("globex", parallelism=3)
         Group.objects.create(name="acme-zq-operators")
         for call in acme_calls + globex_calls:
             for notification in fan_out(call.pk):

@@ -59,6 +59,7 @@ def test_dashboard_pages_raise_no_csp_violation(watched, world):
         "/calls/new/",
         f"/calls/{call.pk}/",
         "/calls/?tenant=globex",
+        "/flow-control/",
     ]:
         _visit(page, path, violations)
     # The page's own scripts ran: times localized, the header's switcher wired.
@@ -89,6 +90,7 @@ def test_the_login_and_admin_pages_raise_no_csp_violation(watched, world):
         "/admin/tenants/apikey/add/",
         "/admin/orchestration/servicecall/",
         f"/admin/orchestration/servicecall/{call.pk}/change/",
+        "/admin/orchestration/flowcontrol/add/",
         "/admin/auth/user/",
         f"/admin/auth/user/{world.owner.pk}/change/",
         "/system/",

@@ -1,15 +1,17 @@
-"""In a real browser: the status page follows calls live, stars, favorites and tag filters."""
+"""In a real browser: the status page follows calls live (status and outcome), stars,
+favorites, tag and due-date filters."""
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import expect
 
+from execution.outcomes import ErrorKind, Outcome
 from orchestration.models import ServiceCall, ServiceCallTag
 from tests.browser.conftest import BROWSER_ZONE, log_in, screenshot
-from tests.support.factories import HOUR, make_call
+from tests.support.factories import HOUR, make_call, make_failed_call, make_finished_call, make_succeeded_call
 
 pytestmark = pytest.mark.browser
 
@@ -41,6 +43,9 @@ def test_a_call_scheduled_seconds_ahead_turns_succeeded_without_a_reload(page, w
     expect(row.locator(".badge")).to_have_text("Succeeded", timeout=9000)
     assert page.evaluate("window.__sameDocument") is True  # no reload happened
     expect(row.locator(".execution")).to_contain_text("started")
+    # The outcome column follows too: the HTTP status and the latency.
+    expect(row.locator(".outcome-cell .outcome")).to_have_text("200")
+    expect(row.locator(".outcome-cell .latency")).to_have_text(re.compile(r"^\d+ ms$"))
     screenshot(page, "status-page-live")
     assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.SUCCEEDED
 
@@ -88,3 +93,42 @@ def test_two_tag_filters_show_the_calls_carrying_both_and_live_in_the_url(page, 
     expect(rows).to_have_count(1)
     page.get_by_role("link", name="Remove tag filter nightly").click()
     expect(rows).to_have_count(2)
+
+
+def test_the_failed_filter_shows_why_each_call_failed(page, world):
+    make_succeeded_call("acme", name="Healthy sync")
+    make_failed_call("acme", name="Billing push")
+    make_finished_call(
+        "acme", name="Slow report", outcome=Outcome.failure(ErrorKind.TIMEOUT, "No answer.", latency_ms=5000)
+    )
+    log_in(page, "owner", "pw-owner-123")
+    page.locator("label.chip-failed").click()
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_url(re.compile(r"status=Failed"))
+
+    rows = page.locator("table.calls tbody tr[data-id]")
+    expect(rows).to_have_count(2)
+    expect(page.locator("table.calls thead")).to_contain_text("Outcome")
+    expect(rows.filter(has_text="Billing push").locator(".outcome-cell")).to_have_text("HttpError 503 17 ms")
+    expect(rows.filter(has_text="Slow report").locator(".outcome-cell")).to_have_text("Timeout 5.00 s")
+    screenshot(page, "status-page-failed-outcomes")
+
+
+def test_the_due_date_filter_lives_in_the_url_and_a_bad_date_is_a_form_error(page, world):
+    soon = datetime.combine(datetime.now(UTC).date() + timedelta(days=2), time(12), tzinfo=UTC)
+    make_call("acme", name="Due soon", due_at=soon)
+    make_call("acme", name="Due later", due_at=soon + timedelta(days=3))
+    log_in(page, "owner", "pw-owner-123")
+
+    page.get_by_label("Due from").fill(str(soon.date() + timedelta(days=1)))
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_url(re.compile(r"dueFrom=" + str(soon.date() + timedelta(days=1))))
+    rows = page.locator("table.calls tbody tr[data-id]")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Due later")
+
+    page.goto("/calls/?dueTo=not-a-date")
+    expect(page.locator("#filter-errors")).to_contain_text("Due to:")
+    expect(page.locator("#filter-errors")).not_to_contain_text("dueTo")
+    expect(rows).to_have_count(0)
+    screenshot(page, "status-page-bad-due-date")

@@ -4,7 +4,7 @@ operation, through the Django WSGI app in this process (no network).
 No response may be a 5xx, every response must conform to the schema (status codes, content
 types, bodies, headers), and auth must not be ignored.
 Requests are authenticated with acme's API key and aimed at acme's tenant and at one of its
-real calls, subscriptions and deliveries, so handlers are exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
+real calls, subscriptions, deliveries and schedules, so handlers are exercised past the 404 of an unknown id. Bounded: at most 25 generated examples per
 operation (valid and invalid ones), no deadline.
 
 Not run: schemathesis' "schema-valid data is accepted" and "schema-invalid data is refused".
@@ -26,6 +26,7 @@ from schemathesis import checks
 from schemathesis.generation.meta import ParameterLocation
 
 from tests.support.factories import make_call
+from tests.support.schedules import make_schedule
 from tests.support.subscriptions import fan_out, make_subscription
 
 
@@ -61,6 +62,11 @@ def acme_call(world) -> str:
 
 
 @pytest.fixture
+def acme_schedule(world) -> str:
+    return str(make_schedule(name="fuzzed schedule", cron="0 9 * * 1-5", headers={"Authorization": "Bearer x"}).pk)
+
+
+@pytest.fixture
 def acme_delivery(world) -> tuple[str, str]:
     """acme's webhook subscription and one delivery of it (of a call made after it)."""
     subscription, _ = make_subscription("acme", name="fuzzed hook")
@@ -90,7 +96,7 @@ else:
         phases=[Phase.generate],
     )
     def test_every_api_operation_conforms_to_its_schema(
-        case, world, acme_call, acme_delivery, wsgi_requests_keep_the_test_transaction
+        case, world, acme_call, acme_delivery, acme_schedule, wsgi_requests_keep_the_test_transaction
     ):
         # Aim valid paths at acme and its call; an invalid path or header stays as generated.
         if not _negative(case, ParameterLocation.PATH):
@@ -103,6 +109,8 @@ else:
                 parameters["subscription_id"] = acme_delivery[0]
             if "notification_id" in parameters:
                 parameters["notification_id"] = acme_delivery[1]
+            if "schedule_id" in parameters:
+                parameters["schedule_id"] = acme_schedule
         auth = {} if _negative(case, ParameterLocation.HEADER) else {"Authorization": f"Bearer {world.acme_key}"}
         # The schema cannot say "the Idempotency-Key header, if given, equals the body's key"
         # (a mismatch is a documented 400): a positive case keeps them equal.

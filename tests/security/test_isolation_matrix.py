@@ -23,12 +23,14 @@ from django.test import Client
 
 from core.ids import short_id
 from delivery.models import Notification, Subscription
-from orchestration.models import ServiceCall, ServiceCallTag
+from orchestration.models import FlowControl, ServiceCall, ServiceCallTag
 from orchestration.services import CallKey
 from outbox.models import OutboxEvent
+from schedules.models import Schedule
 from tenants.models import ApiKey, Membership
-from tests.support.factories import make_call
+from tests.support.factories import make_call, make_flow_control
 from tests.support.routes import AcmeObjects, CannotFill, Route, all_routes, fill
+from tests.support.schedules import make_schedule
 from tests.support.subscriptions import fan_out, make_subscription, record_try
 from workers.pipeline import run_now
 
@@ -38,7 +40,10 @@ ACME_TAG = "acme-tag-3e7a"
 ACME_HOOK_NAME = "acme-hook-name-7f3c"
 ACME_HOOK_PATH = "/acme-hook-path-2a9e"
 ACME_HOOK_ANSWER = "acme-hook-answer-4d1b"
-PRODUCT_APPS = ["tenants", "orchestration", "timer", "execution", "outbox", "delivery", "workers"]
+ACME_SCHEDULE_NAME = "acme-schedule-name-6e2c"
+ACME_SCHEDULE_PATH = "/acme-schedule-path-8f1a"
+ACME_FLOW_HOST = "acme-flow-host-6e2d.example.com"
+PRODUCT_APPS = ["tenants", "orchestration", "timer", "execution", "outbox", "delivery", "schedules", "workers"]
 OBJECT_STATUSES = {301, 302, 303, 400, 401, 403, 404, 405}
 
 
@@ -63,17 +68,28 @@ def acme(transactional_db, world, http_target) -> Acme:
         due_at=datetime.now(UTC) + timedelta(days=30),
     )
     make_call("globex", name="globex-call", url=http_target.url("/globex"), tags=["globex-tag"])
+    # An acme schedule, its first call made ahead (a globex one beside it).
+    schedule = make_schedule(
+        "acme", name=ACME_SCHEDULE_NAME, cron="0 0 1 1 *", url=http_target.url(ACME_SCHEDULE_PATH), tags=[ACME_TAG]
+    )
+    make_schedule("globex", name="globex-schedule", cron="0 0 1 1 *", url=http_target.url("/globex"))
     assert ServiceCall.objects.get(pk=ran.pk).status == ServiceCall.Status.SUCCEEDED
     # acme's webhook subscription (made before the calls) has deliveries of both calls' events
     # (those of the scheduled one carry its id, which must not show), one of them tried.
     fan_out(ran.pk)
     deliveries = [n for n in fan_out(scheduled.pk) if n.subscription_id == hook.pk]
     record_try(deliveries[0], succeeded=False, status_code=500, response_snippet=ACME_HOOK_ANSWER, error="HTTP 500")
+    # acme's flow-control limits, made after its calls ran (a host no call goes to).
+    make_flow_control("acme", hosts={ACME_FLOW_HOST: {"parallelism": 3}})
     return Acme(
         objects=AcmeObjects(
             call=ran.pk,
             other_call=scheduled.pk,
-            extra={"subscription_id": str(hook.pk), "notification_id": str(deliveries[0].pk)},
+            extra={
+                "subscription_id": str(hook.pk),
+                "notification_id": str(deliveries[0].pk),
+                "schedule_id": str(schedule.pk),
+            },
         ),
         markers=[
             *ACME_NAMES,
@@ -84,7 +100,10 @@ def acme(transactional_db, world, http_target) -> Acme:
             ACME_HOOK_NAME,
             ACME_HOOK_PATH,
             ACME_HOOK_ANSWER,
+            ACME_FLOW_HOST,
             hook_secret,
+            ACME_SCHEDULE_NAME,
+            ACME_SCHEDULE_PATH,
         ],
     )
 
@@ -146,7 +165,13 @@ def _acme_state() -> tuple:
         .order_by("pk")
         .values_list("pk", "state", "attempts", "manual", "next_attempt_at")
     )
-    return calls, tags, members, keys, events, hooks, deliveries
+    flow = tuple(FlowControl.objects.filter(tenant_id="acme").values_list("parallelism", "rate_per_second", "hosts"))
+    schedules = tuple(
+        Schedule.objects.filter(tenant_id="acme")
+        .order_by("pk")
+        .values_list("pk", "name", "cron", "paused", "advance_at", "revision")
+    )
+    return calls, tags, members, keys, events, hooks, deliveries, flow, schedules
 
 
 def test_every_route_can_be_filled_with_acmes_ids(acme):

@@ -89,7 +89,7 @@ def test_it_fails_and_keeps_values_no_configured_key_decrypts(world, settings):
     kept = make_call(name="kept", headers={"Authorization": "Bearer kept-666"})
     token = _token(lost, "Authorization")
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
-    with pytest.raises(CommandError, match=rf"1 calls hold secrets .* {lost.pk}"):
+    with pytest.raises(CommandError, match=rf"1 calls or schedules hold secrets .* call {lost.pk}"):
         _run()
     assert _token(lost, "Authorization") == token
     assert Fernet(NEW.encode()).decrypt(_token(kept, "Authorization")) == b"Bearer kept-666"
@@ -121,3 +121,16 @@ def test_its_help_describes_the_procedure():
     )
     assert result.returncode == 0, result.stderr
     assert "FIELD_ENCRYPTION_KEYS" in result.stdout and "--dry-run" in result.stdout
+
+
+def test_it_rotates_the_schedules_secrets_too(world, settings):
+    from schedules.models import Schedule
+    from tests.support.schedules import make_schedule
+
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    schedule = make_schedule(headers={"Authorization": "Bearer sched-secret"})
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    output = _run()
+    assert "Examined 1 schedules; re-encrypted the secrets of 1." in output
+    token = Schedule.objects.get(pk=schedule.pk).request_spec["headers"]["Authorization"][SEALED]
+    assert Fernet(NEW.encode()).decrypt(token.encode()) == b"Bearer sched-secret"

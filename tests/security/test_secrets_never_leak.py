@@ -133,6 +133,18 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     # the delivery routes and pages below show acme's real deliveries of them.
     make_subscription("acme", name="sweep hook")
     headers = {**SECRETS, "X-Visible": "plain-value-1"}
+    # A recurring schedule with the same headers: its row, and the call it makes ahead for New
+    # Year, hold them sealed; its API answers, pages and admin pages are swept below.
+    schedule = api.post(
+        "/api/tenants/acme/schedules",
+        content_type="application/json",
+        data={
+            "name": "secret schedule",
+            "cron": "0 0 1 1 *",
+            "requestSpec": {"method": "POST", "url": http_target.url("/echo"), "headers": headers},
+        },
+    )
+    assert schedule.status_code == 201, schedule.content
     response = api.post(
         "/api/tenants/acme/service-calls",
         content_type="application/json",
@@ -161,7 +173,7 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     wait_for(lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(), timeout=10)
 
     # What the API shows.
-    shown = [response.content.decode(), rerun.content.decode()]
+    shown = [response.content.decode(), rerun.content.decode(), schedule.content.decode()]
     for path in (
         f"/api/tenants/acme/service-calls/{call_id}",
         f"/api/tenants/acme/service-calls/{rerun_id}",

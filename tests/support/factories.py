@@ -216,3 +216,22 @@ def make_event(
             OutboxEvent.objects.filter(pk=row.pk).update(published_at=utcnow() - timedelta(days=published_days_ago))
     row.refresh_from_db()
     return row
+
+
+# --- Flow control ----------------------------------------------------------------------------------
+
+
+def make_flow_control(
+    tenant_id: str = "acme",
+    *,
+    parallelism: int | None = None,
+    rate: float | None = None,
+    hosts: dict[str, dict[str, Any]] | None = None,
+):
+    """The tenant's flow-control limits set as every edge sets them (validation, then
+    flow_control_set); `hosts` in the wire shape {host: {parallelism, ratePerSecond}}."""
+    from orchestration.admission import flow_control_set
+    from orchestration.flow import validate_flow_control
+
+    limits = validate_flow_control({"parallelism": parallelism, "ratePerSecond": rate, "hosts": hosts or {}})
+    return flow_control_set(tenant_id=tenant_id, limits=limits)

@@ -18,6 +18,7 @@ from django.urls import Resolver404, get_resolver, resolve
 from django.utils.regex_helper import normalize
 
 from delivery.models import Notification, Subscription
+from schedules.models import Schedule
 from tenants.models import Tenant
 
 
@@ -85,6 +86,10 @@ class AcmeObjects:
             return str(user_model.objects.get(username="owner").pk)
         if model._meta.label == "orchestration.ServiceCall":
             return str(self.call)
+        if model is Schedule:  # acme may have none: then an id that does not exist
+            return _acme_row(Schedule.objects.filter(tenant_id="acme"))
+        if model._meta.pk.is_relation and model._meta.pk.related_model is Tenant:
+            return "acme"  # one row per tenant, keyed by it (flow control), whether acme has it or not
         names = {f.name for f in model._meta.get_fields()}
         if "service_call" in names:
             row = model.objects.filter(service_call_id=self.call).order_by("pk").first()
@@ -135,6 +140,8 @@ def _value(route: Route, param: str, acme: AcmeObjects) -> str:
         return _acme_row(Subscription.objects.filter(tenant_id="acme"))
     if param == "notification_id":
         return _acme_row(Notification.objects.filter(subscription__tenant_id="acme"))
+    if param == "schedule_id":
+        return _acme_row(Schedule.objects.filter(tenant_id="acme"))
     if route.template.startswith("admin/r/"):  # the admin's "view on site" shortcut
         if param == "content_type_id":
             return str(ContentType.objects.get(app_label="orchestration", model="servicecall").pk)

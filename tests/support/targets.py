@@ -26,6 +26,9 @@ class TargetServer:
     port: int
     requests: list[dict] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Requests being answered now; each record's "concurrent" is this count as it arrived
+    # (itself included), and its "done" the time its answer was sent.
+    active: int = 0
 
     def url(self, path: str = "/ok") -> str:
         return f"http://{self.host}:{self.port}{path}"
@@ -55,17 +58,26 @@ def _make_handler(server: TargetServer):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
             parts = urlsplit(self.path)
+            record = {
+                "method": self.command,
+                "path": parts.path,
+                "query": parts.query,
+                "headers": dict(self.headers),
+                "body": body.decode("utf-8", "replace"),
+                "at": time.time(),
+            }
             with server.lock:
-                server.requests.append(
-                    {
-                        "method": self.command,
-                        "path": parts.path,
-                        "query": parts.query,
-                        "headers": dict(self.headers),
-                        "body": body.decode("utf-8", "replace"),
-                        "at": time.time(),
-                    }
-                )
+                server.active += 1
+                record["concurrent"] = server.active
+                server.requests.append(record)
+            try:
+                self._answer(parts, body)
+            finally:
+                with server.lock:
+                    server.active -= 1
+                    record["done"] = time.time()
+
+        def _answer(self, parts, body: bytes) -> None:
             segments = [s for s in parts.path.split("/") if s]
             head = segments[0] if segments else "ok"
             if head == "status":

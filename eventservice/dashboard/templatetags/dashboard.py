@@ -1,4 +1,4 @@
-"""Template helpers of the dashboard: times, status badges, durations, JSON, query strings."""
+"""Template helpers of the dashboard: times, status badges, outcomes, durations, JSON, query strings."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from core import ids
 from core.ids import iso_ms
 from core.rendering import display_json
 from core.secrets import redact_headers
+from eventservice.dashboard.outcome import outcome_summary
 
 register = template.Library()
 
@@ -47,6 +48,23 @@ def when_ms(value: datetime | None) -> str:
 @register.filter
 def badge(status: str) -> str:
     return format_html('<span class="badge badge-{}">{}</span>', str(status).lower(), status)
+
+
+@register.filter
+def outcome(call: Any) -> str:
+    """A status page cell: the HTTP status or error kind, and the latency ('HttpError 503 · 17 ms')."""
+    summary = outcome_summary(call)
+    if summary is None:
+        return mark_safe('<span class="muted">—</span>')
+    return format_html(
+        '{}<span class="outcome outcome-{}">{}</span>{}',
+        mark_safe('<span class="muted">last try</span> ') if summary.last_attempt else "",
+        "ok" if summary.ok else "bad",
+        summary.label,
+        format_html(' <span class="latency muted">{}</span>', duration(summary.latency_ms))
+        if summary.latency_ms is not None
+        else "",
+    )
 
 
 @register.filter

@@ -10,6 +10,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from core.ids import iso_ms
+from eventservice.dashboard.selectors import call_list_rows
+from eventservice.dashboard.templatetags.dashboard import outcome
 from eventservice.dashboard.tenancy import member_tenant, tenant_required
 from orchestration.filters import ServiceCallFilter
 from orchestration.models import FAVORITE_TAG, ServiceCall
@@ -18,6 +20,18 @@ from orchestration.selectors import service_calls_for_tenant, tags_of
 PAGE_SIZES = (10, 25, 50, 100)
 DEFAULT_PAGE_SIZE = 25
 MAX_LIVE_IDS = 200
+# The filters' query parameters (the API's names, so a list's URL reads the same in both) as the
+# page labels them: an error names the control, not the parameter.
+FILTER_LABELS = {
+    "status": "Status",
+    "tag": "Tags",
+    "q": "Search names",
+    "submittedFrom": "Submitted from",
+    "submittedTo": "Submitted to",
+    "dueFrom": "Due from",
+    "dueTo": "Due to",
+    "favorite": "Show favorites",
+}
 
 
 def _page_size(raw: str | None) -> int:
@@ -43,7 +57,8 @@ def calls_page(request: HttpRequest) -> HttpResponse:
         request.GET, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
     )
     valid = filterset.is_valid()
-    queryset = filterset.qs if valid else ServiceCall.objects.none()
+    filter_errors = {} if valid else filterset.errors
+    queryset = call_list_rows(filterset.qs) if valid else ServiceCall.objects.none()
     per_page = _page_size(request.GET.get("per"))
     page = Paginator(queryset, per_page).get_page(request.GET.get("page"))
     rows = []
@@ -52,7 +67,8 @@ def calls_page(request: HttpRequest) -> HttpResponse:
         rows.append({"call": call, "favorite": FAVORITE_TAG in tags, "tags": [t for t in tags if t != FAVORITE_TAG]})
     context = {
         "filterset": filterset,
-        "filter_errors": {} if valid else filterset.errors,
+        "filter_errors": [(FILTER_LABELS.get(name, name), messages) for name, messages in filter_errors.items()],
+        "invalid_filters": set(filter_errors),
         "page": page,
         "rows": rows,
         "per_page": per_page,
@@ -65,6 +81,8 @@ def calls_page(request: HttpRequest) -> HttpResponse:
         "q": request.GET.get("q", ""),
         "submitted_from": request.GET.get("submittedFrom", ""),
         "submitted_to": request.GET.get("submittedTo", ""),
+        "due_from": request.GET.get("dueFrom", ""),
+        "due_to": request.GET.get("dueTo", ""),
         "filtered": any(
             request.GET.get(name)
             for name in (
@@ -85,14 +103,17 @@ def calls_page(request: HttpRequest) -> HttpResponse:
 @tenant_required
 @require_GET
 def calls_live(request: HttpRequest) -> JsonResponse:
-    """Statuses and times of the given calls of the current tenant (`?id=...` repeated)."""
+    """Statuses, times and outcomes of the given calls of the current tenant (`?id=...` repeated);
+    `outcomeHtml` is the row's outcome cell as the page renders it."""
     ids = []
     for raw in request.GET.getlist("id")[:MAX_LIVE_IDS]:
         try:
             ids.append(uuid.UUID(raw))
         except ValueError:
             continue
-    calls = service_calls_for_tenant(tenant_id=request.tenant.id).filter(pk__in=ids)
+    # No tags here: a live row changes only its status, times and outcome.
+    calls = call_list_rows(service_calls_for_tenant(tenant_id=request.tenant.id).filter(pk__in=ids))
+    calls = calls.prefetch_related(None)
     return JsonResponse(
         {
             "calls": [
@@ -103,6 +124,7 @@ def calls_live(request: HttpRequest) -> JsonResponse:
                     "startedAt": iso_ms(call.started_at),
                     "finishedAt": iso_ms(call.finished_at),
                     "errorKind": call.error_kind,
+                    "outcomeHtml": outcome(call),
                 }
                 for call in calls
             ]

@@ -1,15 +1,18 @@
-"""The request page: define a call, run it now or schedule it, then follow it live."""
+"""The request page: define a call (or start from a copy of one), run it now or schedule it, then
+follow it live."""
 
 from __future__ import annotations
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
-from core.errors import Conflict, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
 from eventservice.dashboard.forms import RequestForm
 from eventservice.dashboard.tenancy import tenant_required
+from orchestration.models import FAVORITE_TAG, ServiceCall
+from orchestration.selectors import service_call_get, tags_of
 from orchestration.services import service_call_submit
 from orchestration.validation import validate_submission
 
@@ -18,6 +21,7 @@ from orchestration.validation import validate_submission
 @require_http_methods(["GET", "POST"])
 def request_page(request: HttpRequest) -> HttpResponse:
     call = None
+    context: dict = {}
     if request.method == "POST":
         form = RequestForm(request.POST, header_rows=RequestForm.rows_from(request.POST))
         call = _submit(request, form)
@@ -28,10 +32,24 @@ def request_page(request: HttpRequest) -> HttpResponse:
             data["due_at"] = ""
             form = RequestForm(data, header_rows=form.header_rows)
             form.is_valid()
+    elif request.GET.get("from"):
+        copied_from = _copy_source(request, request.GET["from"])
+        form = RequestForm.copy_of(copied_from, tags=[tag for tag in tags_of(copied_from) if tag != FAVORITE_TAG])
+        context["copied_from"] = copied_from
+        context["secret_names"] = sorted(form.secret_names, key=str.lower)
     else:
         form = RequestForm(initial={"idempotency_key": RequestForm.new_idempotency_key()})
     status = 400 if request.method == "POST" and call is None else 200
-    return render(request, "dashboard/request.html", {"form": form, "call": call}, status=status)
+    return render(request, "dashboard/request.html", {**context, "form": form, "call": call}, status=status)
+
+
+def _copy_source(request: HttpRequest, raw_id: str) -> ServiceCall:
+    """The call to copy: one of the current tenant's, whatever other tenants the user has (the
+    copy is submitted under the current one); anything else is 404."""
+    try:
+        return service_call_get(tenant_id=request.tenant.id, service_call_id=raw_id)
+    except NotFound:
+        raise Http404("No such service call.") from None
 
 
 def _submit(request: HttpRequest, form: RequestForm):

@@ -1,10 +1,15 @@
-"""manage.py rotate_secrets: re-encrypt sealed header values under the first key."""
+"""manage.py rotate_secrets: re-encrypt sealed header values under the first key.
+
+It lives in the schedules app, the highest layer holding sealed values, so it can reach both
+the calls' (orchestration) and the schedules' own.
+"""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
 from orchestration.services import sealed_values_rotate
+from schedules.services import schedule_sealed_values_rotate
 
 
 class Command(BaseCommand):
@@ -25,9 +30,12 @@ class Command(BaseCommand):
         result = sealed_values_rotate(batch_size=batch_size, dry_run=dry_run)
         verb = "would re-encrypt" if dry_run else "re-encrypted"
         self.stdout.write(f"Examined {result.examined} calls; {verb} the secrets of {result.rotated}.")
-        if result.failed:
-            shown = ", ".join(result.failed[:10]) + (" ..." if len(result.failed) > 10 else "")
+        schedules = schedule_sealed_values_rotate(dry_run=dry_run)
+        self.stdout.write(f"Examined {schedules.examined} schedules; {verb} the secrets of {schedules.rotated}.")
+        failed = [*(f"call {i}" for i in result.failed or []), *(f"schedule {i}" for i in schedules.failed or [])]
+        if failed:
+            shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
             raise CommandError(
-                f"{len(result.failed)} calls hold secrets that no key in FIELD_ENCRYPTION_KEYS "
+                f"{len(failed)} calls or schedules hold secrets that no key in FIELD_ENCRYPTION_KEYS "
                 f"decrypts (left unchanged): {shown}. Put the old key back in the list and run again."
             )

@@ -1,0 +1,111 @@
+"""Serializers that describe the schedule API's wire shapes in the OpenAPI schema.
+
+Input is checked by schedules.validation (one validator for the API, the pages, the admin and
+the commands) and output is built by schedules.representation; these classes document those
+shapes for drf-spectacular, and tests/api/test_schedules_schema.py keeps them equal to what
+the builders emit.
+"""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from eventservice.api import serializers as s
+from schedules.representation import State
+
+NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"
+CRON_HELP = (
+    "Five fields, minute hour day-of-month month day-of-week (cron syntax, names and ranges allowed), "
+    "evaluated in `timezone`. Six fields (seconds) are refused: the shortest interval is a minute."
+)
+ZONE_HELP = "An IANA time zone name (`Europe/Berlin`); default `UTC`. DST follows Debian cron's rules."
+
+
+class CreateScheduleSerializer(serializers.Serializer):
+    name = serializers.RegexField(NAME_PATTERN, max_length=200)
+    cron = serializers.CharField(max_length=120, help_text=CRON_HELP)
+    timezone = serializers.CharField(required=False, max_length=64, help_text=ZONE_HELP)
+    requestSpec = s.RequestSpecSerializer(help_text="The request every occurrence sends, as a call's.")
+    tags = serializers.ListField(
+        child=serializers.RegexField(s.TAG_PATTERN, max_length=64), required=False, max_length=20
+    )
+    retryPolicy = s.RetryPolicySerializer(required=False, allow_null=True)
+    startAt = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="No occurrence before it (at most one year ahead)."
+    )
+    endAt = serializers.DateTimeField(
+        required=False, allow_null=True, help_text="No occurrence after it; in the future, after startAt."
+    )
+    paused = serializers.BooleanField(required=False, help_text="Created paused: it makes no call until resumed.")
+
+
+class UpdateScheduleSerializer(serializers.Serializer):
+    """What a PATCH may change; an absent field stays as it is, null clears startAt, endAt and
+    retryPolicy."""
+
+    name = serializers.RegexField(NAME_PATTERN, max_length=200, required=False)
+    cron = serializers.CharField(max_length=120, required=False, help_text=CRON_HELP)
+    timezone = serializers.CharField(required=False, max_length=64, help_text=ZONE_HELP)
+    requestSpec = s.RequestSpecSerializer(required=False)
+    tags = serializers.ListField(
+        child=serializers.RegexField(s.TAG_PATTERN, max_length=64), required=False, max_length=20
+    )
+    retryPolicy = s.RetryPolicySerializer(required=False, allow_null=True)
+    startAt = serializers.DateTimeField(required=False, allow_null=True)
+    endAt = serializers.DateTimeField(required=False, allow_null=True)
+    paused = serializers.BooleanField(
+        required=False, help_text="true pauses (the call made ahead is cancelled); false resumes from now."
+    )
+
+
+class ScheduleRunSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="The occurrence in UTC.")
+    local = serializers.CharField(help_text="The same instant in the schedule's zone, with its offset.")
+
+
+class ScheduleLinksSerializer(serializers.Serializer):
+    self = serializers.URLField()
+
+
+class ScheduleSerializer(serializers.Serializer):
+    scheduleId = serializers.UUIDField()
+    tenantId = serializers.CharField()
+    name = serializers.CharField()
+    cron = serializers.CharField()
+    timezone = serializers.CharField()
+    requestSpec = s.RequestSpecSerializer(help_text="Secret header values are `***`.")
+    tags = serializers.ListField(child=serializers.CharField())
+    retryPolicy = s.RetryPolicySerializer(allow_null=True)
+    startAt = serializers.DateTimeField(allow_null=True)
+    endAt = serializers.DateTimeField(allow_null=True)
+    paused = serializers.BooleanField()
+    # Not an enum: a second choice set for a field named `state` (beside a delivery's) would make
+    # drf-spectacular invent hashed enum names.
+    state = serializers.CharField(
+        help_text=f"`{State.ACTIVE}`, `{State.PAUSED}` or `{State.ENDED}` (no occurrence is left)."
+    )
+    nextRun = ScheduleRunSerializer(allow_null=True, help_text="The next occurrence that runs (null: none).")
+    lastOccurrenceAt = serializers.DateTimeField(
+        allow_null=True, help_text="The latest occurrence made into a call (normally the next run, made ahead)."
+    )
+    skippedCount = serializers.IntegerField(help_text="Occurrences missed while no worker ran, and never run.")
+    createdAt = serializers.DateTimeField()
+    updatedAt = serializers.DateTimeField()
+    links = ScheduleLinksSerializer()
+
+
+class ScheduleDetailSerializer(ScheduleSerializer):
+    nextRuns = ScheduleRunSerializer(many=True, help_text="The next five occurrences (none while paused).")
+    recentCalls = s.ServiceCallSerializer(many=True, help_text="Its latest calls, latest occurrence first (20).")
+
+
+class SchedulePageSerializer(serializers.Serializer):
+    results = ScheduleSerializer(many=True)
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+
+
+class PreviewSerializer(serializers.Serializer):
+    cron = serializers.CharField(help_text="The cron, normalised.")
+    timezone = serializers.CharField()
+    nextRuns = ScheduleRunSerializer(many=True)

@@ -1,0 +1,195 @@
+"""The REST API of a tenant's recurring schedules (docs/schedules.md): one view per
+operation, thin.
+
+Input is checked by schedules.validation, state changes go through schedules.services, reads
+through schedules.selectors, and output through schedules.representation. Another tenant's
+schedule answers 404, as one that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.ids import utcnow
+from eventservice.api import schedule_serializers as ss
+from eventservice.api import serializers as s
+from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT, TenantApiView, keyset_page, paging_params
+from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from eventservice.api.views import TENANT_PARAM
+from schedules.cron import next_occurrences
+from schedules.models import Schedule
+from schedules.representation import (
+    NEXT_RUNS,
+    run_representation,
+    schedule_detail_representation,
+    schedule_representation,
+)
+from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant
+from schedules.services import schedule_create, schedule_delete, schedule_update
+from schedules.validation import validate_preview, validate_schedule
+
+SCHEDULE_PARAM = OpenApiParameter("schedule_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
+PAGING_PARAMS = [
+    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
+    OpenApiParameter(
+        "cursor",
+        {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
+        description="Opaque; from a `next` or `previous` link.",
+    ),
+]
+
+
+def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
+    descriptions = {
+        400: "Invalid input (`errors` names the fields); nothing is stored.",
+        401: "No or unknown credentials.",
+        403: "CSRF check failed (browser sessions).",
+        404: "No such tenant or schedule for this caller.",
+        413: "Request body too large.",
+    }
+    return {
+        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
+        for code in codes
+    }
+
+
+def _detail(request: Request, schedule: Schedule) -> dict[str, Any]:
+    return schedule_detail_representation(schedule, calls=schedule_calls(schedule=schedule), request=request)
+
+
+class ScheduleListApi(TenantApiView):
+    """GET the tenant's schedules, newest first, cursor-paginated."""
+
+    @extend_schema(
+        operation_id="schedules_list",
+        summary="List schedules",
+        description="The tenant's recurring schedules with their next run, newest first, with cursor pagination.",
+        parameters=[TENANT_PARAM, *PAGING_PARAMS],
+        responses={200: ss.SchedulePageSerializer, **_problems(400, 401, 404)},
+    )
+    def get(self, request: Request, tenant_id: str) -> Response:
+        limit, cursor = paging_params(request)
+        page = keyset_page(schedules_for_tenant(tenant_id=self.tenant_id), request, limit=limit, cursor=cursor)
+        now = utcnow()
+        return Response(
+            {
+                "results": [schedule_representation(row, request=request, now=now) for row in page.items],
+                "next": page.next,
+                "previous": page.previous,
+            }
+        )
+
+
+class ScheduleCreateApi(TenantApiView):
+    """POST a schedule: 201 with it, its next runs and the first call, already made ahead."""
+
+    @extend_schema(
+        operation_id="schedules_create",
+        summary="Create a recurring schedule",
+        description=(
+            "Each occurrence of `cron` in `timezone` becomes one service call with this request, tags and "
+            "retry policy, made ahead as `Scheduled` (the answer shows the first one in `recentCalls`). "
+            "Paused: no call until resumed."
+        ),
+        parameters=[TENANT_PARAM],
+        request=ss.CreateScheduleSerializer,
+        responses={
+            201: OpenApiResponse(ss.ScheduleDetailSerializer, description="Created; `Location` names it."),
+            **_problems(400, 401, 403, 404, 413),
+        },
+    )
+    def post(self, request: Request, tenant_id: str) -> Response:
+        data = validate_schedule(request.data)
+        schedule = schedule_create(tenant_id=self.tenant_id, data=data, correlation_id=request.correlation_id)
+        body = _detail(request, schedule)
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["links"]["self"]})
+
+
+class SchedulesApi(ScheduleListApi, ScheduleCreateApi):
+    """The collection path: GET is ScheduleListApi.get, POST is ScheduleCreateApi.post."""
+
+
+class SchedulePreviewApi(TenantApiView):
+    @extend_schema(
+        operation_id="schedules_preview",
+        summary="Preview a cron's next runs",
+        description=(
+            "The next five occurrences of `cron` in `timezone` from now, each in UTC and in the zone "
+            "(what a schedule with them would run), or 400 saying why the cron or zone is refused. "
+            "Nothing is stored."
+        ),
+        parameters=[
+            TENANT_PARAM,
+            OpenApiParameter("cron", str, required=True, description=ss.CRON_HELP),
+            OpenApiParameter("timezone", str, description=ss.ZONE_HELP),
+        ],
+        responses={200: ss.PreviewSerializer, **_problems(400, 401, 404)},
+    )
+    def get(self, request: Request, tenant_id: str) -> Response:
+        cron, zone = validate_preview(request.query_params.get("cron"), request.query_params.get("timezone"))
+        runs = next_occurrences(cron, zone, after=utcnow(), count=NEXT_RUNS)
+        return Response({"cron": cron, "timezone": zone, "nextRuns": [run_representation(at, zone) for at in runs]})
+
+
+class ScheduleGetApi(TenantApiView):
+    @extend_schema(
+        operation_id="schedules_retrieve",
+        summary="Get a schedule with its next runs and recent calls",
+        parameters=[TENANT_PARAM, SCHEDULE_PARAM],
+        responses={200: ss.ScheduleDetailSerializer, **_problems(401, 404)},
+    )
+    def get(self, request: Request, tenant_id: str, schedule_id: str) -> Response:
+        return Response(_detail(request, schedule_get(tenant_id=self.tenant_id, schedule_id=schedule_id)))
+
+
+class ScheduleUpdateApi(TenantApiView):
+    @extend_schema(
+        operation_id="schedules_update",
+        summary="Change, pause or resume a schedule",
+        description=(
+            "Changes the fields given. `paused: true` cancels the call made ahead and makes no more; "
+            "`paused: false` resumes from now. A new cron, zone, start, end, request, tags or retry policy "
+            "plans the schedule from now again: the call made ahead is cancelled and the next one made. "
+            "A new name shows on the calls made after the change."
+        ),
+        parameters=[TENANT_PARAM, SCHEDULE_PARAM],
+        request=ss.UpdateScheduleSerializer,
+        responses={200: ss.ScheduleDetailSerializer, **_problems(400, 401, 403, 404, 413)},
+    )
+    def patch(self, request: Request, tenant_id: str, schedule_id: str) -> Response:
+        schedule = schedule_get(tenant_id=self.tenant_id, schedule_id=schedule_id)
+        data = validate_schedule(request.data, partial=True)
+        schedule = schedule_update(
+            tenant_id=self.tenant_id,
+            schedule_id=schedule.schedule_id,
+            data=data,
+            correlation_id=request.correlation_id,
+        )
+        return Response(_detail(request, schedule))
+
+
+class ScheduleDeleteApi(TenantApiView):
+    @extend_schema(
+        operation_id="schedules_destroy",
+        summary="Delete a schedule",
+        description="No occurrence follows (the call made ahead is cancelled); the calls it made stay.",
+        parameters=[TENANT_PARAM, SCHEDULE_PARAM],
+        request=None,
+        responses={204: OpenApiResponse(description="Deleted."), **_problems(401, 403, 404)},
+    )
+    def delete(self, request: Request, tenant_id: str, schedule_id: str) -> Response:
+        schedule = schedule_get(tenant_id=self.tenant_id, schedule_id=schedule_id)
+        schedule_delete(
+            tenant_id=self.tenant_id, schedule_id=schedule.schedule_id, correlation_id=request.correlation_id
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ScheduleDetailApi(ScheduleGetApi, ScheduleUpdateApi, ScheduleDeleteApi):
+    """The schedule's path: GET, PATCH and DELETE, one view class each."""

@@ -1,0 +1,137 @@
+"""Cron expressions in a time zone: checking them and listing their occurrences.
+
+Pure rules, no database (docs/schedules.md): five fields (minute hour day-of-month month
+day-of-week) evaluated by `cronsim` in the schedule's own IANA zone, with Debian cron's rules
+across DST: a local time the spring-forward jump skips runs once right after the jump, and a
+local time the fall-back repeats runs once (its first pass). Every occurrence is returned as
+an instant in UTC, strictly increasing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo, available_timezones
+
+from cronsim import CronSim, CronSimError
+
+DEFAULT_ZONE = "UTC"
+MAX_CRON = 120
+# A cron must match a date this soon, or it is refused: "0 0 30 2 *" never runs, and one
+# that runs only every few decades is a mistake too (29 February on a Monday still passes).
+LOOKAHEAD = timedelta(days=5 * 366)
+FIELDS = "minute hour day-of-month month day-of-week"
+_PRINTABLE_ASCII = re.compile(r"[ -~]+\Z")
+# Names in the system's zone database that are not zones a user means: the machine's own
+# setting (differs from host to host) and the database's internal variants.
+_NOT_ZONES = {"localtime", "posixrules", "Factory"}
+
+
+class CronError(ValueError):
+    """Why a cron expression or a zone name is refused; the message is for the user."""
+
+
+def parse_cron(raw: object) -> str:
+    """The expression normalised (single spaces), or CronError: exactly five fields that
+    cronsim accepts. Six fields (a seconds field) are refused: intervals under a minute."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise CronError(f"cron is required: five fields, {FIELDS} (for example '30 2 * * *').")
+    if len(raw) > MAX_CRON:
+        raise CronError(f"cron must be at most {MAX_CRON} characters.")
+    text = " ".join(raw.split())
+    if not _PRINTABLE_ASCII.match(text):
+        raise CronError("cron may contain only printable ASCII characters.")
+    fields = text.split(" ")
+    if len(fields) == 6:
+        raise CronError(
+            f"cron has 6 fields: a seconds field (intervals under a minute) is not supported; give 5 fields, {FIELDS}."
+        )
+    if len(fields) != 5:
+        raise CronError(f"cron must have exactly 5 fields, {FIELDS}; it has {len(fields)}.")
+    try:
+        CronSim(text, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        message = str(exc).lower()
+        if "day-of-month" in message:
+            message += " (out of range, or a day none of the months in the month field has, like 30 February)"
+        raise CronError(f"cron is not valid: {message}.") from None
+    except Exception:  # a malformed field cronsim does not expect: refused, never a 500
+        raise CronError(f"cron is not valid: give 5 fields, {FIELDS}.") from None
+    return text
+
+
+@lru_cache(maxsize=1)
+def zone_names() -> frozenset[str]:
+    """The IANA zone names a schedule may use (the system's zone database)."""
+    return frozenset(
+        name for name in available_timezones() if name not in _NOT_ZONES and not name.startswith(("posix/", "right/"))
+    )
+
+
+def parse_zone(raw: object) -> str:
+    """An IANA zone name ("Europe/Berlin", "UTC"); None means UTC. CronError otherwise."""
+    if raw is None:
+        return DEFAULT_ZONE
+    if not isinstance(raw, str) or raw not in zone_names():
+        raise CronError("timezone must be an IANA time zone name, for example 'Europe/Berlin' or 'UTC'.")
+    return raw
+
+
+def occurrences(
+    cron: str,
+    zone: str,
+    *,
+    after: datetime,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+) -> Iterator[datetime]:
+    """The occurrences strictly after `after`, at or after `start_at`, at or before `end_at`:
+    instants in UTC, strictly increasing. Stops when cronsim finds none for 50 years."""
+    if start_at is not None and start_at > after:
+        after = start_at - timedelta(microseconds=1)
+    tz = ZoneInfo(zone)
+    found = CronSim(cron, after.astimezone(tz))
+    last = after
+    while True:
+        try:
+            local = next(found)
+        except StopIteration:
+            return
+        at = local.astimezone(UTC)
+        # cronsim walks local wall-clock time: on a fall-back day a local time past the one
+        # it started from can be an earlier instant (the repeated hour). Never step back.
+        if at <= last:
+            continue
+        if end_at is not None and at > end_at:
+            return
+        last = at
+        yield at
+
+
+def next_occurrences(
+    cron: str,
+    zone: str,
+    *,
+    after: datetime,
+    count: int,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+) -> list[datetime]:
+    found = []
+    for at in occurrences(cron, zone, after=after, start_at=start_at, end_at=end_at):
+        found.append(at)
+        if len(found) >= count:
+            break
+    return found
+
+
+def runs_soon(cron: str, zone: str, *, now: datetime) -> bool:
+    """Whether the cron has an occurrence within LOOKAHEAD of `now`."""
+    return bool(next_occurrences(cron, zone, after=now, count=1, end_at=now + LOOKAHEAD))
+
+
+def local_iso(at: datetime, zone: str) -> str:
+    """An instant as the schedule's zone shows it: 2026-03-29T03:00:00+02:00."""
+    return at.astimezone(ZoneInfo(zone)).isoformat(timespec="seconds")

@@ -1,0 +1,128 @@
+"""manage.py create_schedule --tenant T --name N --cron '...' --method M --url U [...]"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from core.cli import command_error
+from core.errors import ApplicationError
+from core.ids import iso_ms
+from orchestration.management.commands.submit_call import parse_headers
+from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
+from schedules.cron import local_iso
+from schedules.representation import next_runs
+from schedules.services import schedule_create
+from schedules.validation import validate_schedule
+from tenants.cli import require_tenant
+
+# Wire field names (as validation reports them) -> the option a user of this command typed.
+OPTION_OF_FIELD = {
+    "name": "--name",
+    "cron": "--cron",
+    "timezone": "--timezone",
+    "requestSpec": "--method/--url",
+    "requestSpec.method": "--method",
+    "requestSpec.url": "--url",
+    "requestSpec.headers": "--header",
+    "requestSpec.body": "--body",
+    "requestSpec.timeoutMs": "--timeout-ms",
+    "tags": "--tag",
+    "startAt": "--start-at",
+    "endAt": "--end-at",
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Create a recurring schedule for a tenant: every occurrence of --cron in --timezone becomes one "
+        "service call with this request. Prints its id on stdout, and its next runs on stderr. Input is "
+        "checked exactly like the REST API's; on invalid input nothing is stored and the command exits 1."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--tenant", required=True, help="The tenant id the schedule belongs to.")
+        parser.add_argument("--name", required=True, help="A name for the schedule and its calls (1-200 characters).")
+        parser.add_argument(
+            "--cron",
+            required=True,
+            help="Five fields, minute hour day-of-month month day-of-week, e.g. '30 2 * * *' (quote it).",
+        )
+        parser.add_argument(
+            "--timezone", help="The IANA time zone the cron is read in, e.g. Europe/Berlin (default UTC)."
+        )
+        parser.add_argument("--method", required=True, help=f"HTTP method: {', '.join(METHODS)}.")
+        parser.add_argument("--url", required=True, help="Absolute http or https URL.")
+        parser.add_argument(
+            "--header",
+            action="append",
+            default=[],
+            metavar="NAME:VALUE",
+            help="A request header; repeat for several. Secret values (Authorization, *key*, "
+            "*token*, ...) are encrypted at rest and never shown again.",
+        )
+        parser.add_argument("--body", help="The request body, sent as given (a string).")
+        parser.add_argument("--json-body", action="store_true", help="Parse --body as JSON and send it as JSON.")
+        parser.add_argument("--tag", action="append", default=[], help="A tag of every call; repeat for several.")
+        parser.add_argument(
+            "--timeout-ms",
+            type=int,
+            metavar="N",
+            help=f"Timeout of each attempt in milliseconds (1-{MAX_TIMEOUT_MS}; default EXECUTION_TIMEOUT_MS).",
+        )
+        parser.add_argument(
+            "--start-at", metavar="ISO", help="No occurrence before this (ISO 8601 with a zone, at most a year ahead)."
+        )
+        parser.add_argument("--end-at", metavar="ISO", help="No occurrence after this (ISO 8601 with a zone).")
+        parser.add_argument("--paused", action="store_true", help="Create it paused: no call until it is resumed.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        data = self._wire_data(options)
+        require_tenant(options["tenant"])
+        try:
+            schedule = schedule_create(tenant_id=options["tenant"], data=validate_schedule(data))
+        except ApplicationError as exc:
+            raise command_error(exc, options=OPTION_OF_FIELD) from None
+        self.stdout.write(str(schedule.schedule_id))
+        runs = next_runs(schedule, count=3)
+        if runs:
+            shown = ", ".join(f"{local_iso(at, schedule.timezone)} ({iso_ms(at)})" for at in runs)
+            self.stderr.write(f"Next runs: {shown}")
+        else:
+            self.stderr.write("Paused: it makes no call until it is resumed.")
+
+    def _wire_data(self, options: dict[str, Any]) -> dict[str, Any]:
+        """The schedule in the API's wire shape, so validation is the API's."""
+        spec: dict[str, Any] = {
+            "method": options["method"],
+            "url": options["url"],
+            "headers": parse_headers(options["header"]),
+        }
+        body = options["body"]
+        if options["json_body"]:
+            if body is None:
+                raise CommandError("--json-body needs --body.")
+            try:
+                body = json.loads(body)
+            except ValueError as exc:
+                raise CommandError(f"--body is not valid JSON: {exc}.") from None
+            except RecursionError:
+                raise CommandError(f"--body is nested deeper than {MAX_BODY_DEPTH} levels.") from None
+        if body is not None:
+            spec["body"] = body
+        if options["timeout_ms"] is not None:
+            spec["timeoutMs"] = options["timeout_ms"]
+        data: dict[str, Any] = {"name": options["name"], "cron": options["cron"], "requestSpec": spec}
+        if options["timezone"] is not None:
+            data["timezone"] = options["timezone"]
+        if options["tag"]:
+            data["tags"] = options["tag"]
+        if options["start_at"] is not None:
+            data["startAt"] = options["start_at"]
+        if options["end_at"] is not None:
+            data["endAt"] = options["end_at"]
+        if options["paused"]:
+            data["paused"] = True
+        return data

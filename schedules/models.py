@@ -1,0 +1,63 @@
+"""Recurring schedules: a cron in a time zone that makes one service call per occurrence
+(docs/schedules.md). Written only by schedules.services; the calls are orchestration's."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import F, Q
+
+from core.fields import JSONField
+
+
+class Schedule(models.Model):
+    schedule_id = models.UUIDField(primary_key=True, editable=False)
+    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
+    name = models.CharField(max_length=200)
+    # Five fields, normalised (schedules.cron.parse_cron), evaluated in `timezone`.
+    cron = models.CharField(max_length=120)
+    timezone = models.CharField(max_length=64, default="UTC")
+    # {method, url, headers, body, timeoutMs}, as a call's: secret header values sealed.
+    request_spec = JSONField()
+    tags = JSONField(default=list, blank=True)
+    # A call's retry policy (docs/retries.md), given to every call made; null: one attempt.
+    retry_policy = JSONField(null=True, blank=True)
+    # No occurrence before start_at or after end_at (null: no bound).
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    # The last change by a user (the loop's progress does not count).
+    updated_at = models.DateTimeField()
+    # The latest occurrence made into a call: normally the next run, made ahead as Scheduled.
+    last_occurrence_at = models.DateTimeField(null=True, blank=True)
+    # Occurrences missed while no worker ran and never run (docs/schedules.md).
+    skipped_count = models.PositiveIntegerField(default=0)
+    # When the loop makes the following call: the time of the call made ahead, so that the
+    # next one is made as that one comes due. Null: nothing more to make (paused, or past
+    # its end).
+    advance_at = models.DateTimeField(null=True, blank=True)
+    # Bumped by every write; the loop's update is conditional on the revision it planned from.
+    revision = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        db_table = "schedules"
+        ordering = ["-schedule_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(start_at__isnull=True) | Q(end_at__isnull=True) | Q(end_at__gt=F("start_at")),
+                name="schedules_end_after_start",
+            ),
+            models.CheckConstraint(
+                condition=Q(paused=False) | Q(advance_at__isnull=True),
+                name="schedules_paused_not_advancing",
+            ),
+        ]
+        indexes = [
+            # The list: WHERE tenant_id=? ORDER BY schedule_id DESC (cursor pages).
+            models.Index(fields=["tenant", "-schedule_id"], name="schedules_tenant"),
+            # schedules_materialize: WHERE advance_at <= ? ORDER BY advance_at, active ones only.
+            models.Index(fields=["advance_at"], condition=Q(advance_at__isnull=False), name="schedules_advance"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron} {self.timezone})"

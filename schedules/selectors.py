@@ -1,0 +1,87 @@
+"""Reads of schedules and of the calls they made (API, pages, admin, commands, the loop)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from core.errors import NotFound
+from execution.selectors import attempts_for_call
+from orchestration.models import ServiceCall
+from orchestration.selectors import service_calls_for_tenant
+from schedules.models import Schedule
+
+RECENT_CALLS = 20
+
+
+def _uuid(raw: uuid.UUID | str) -> uuid.UUID | None:
+    if isinstance(raw, uuid.UUID):
+        return raw
+    try:
+        return uuid.UUID(str(raw))
+    except ValueError:
+        return None
+
+
+def schedules_for_tenant(*, tenant_id: str) -> QuerySet[Schedule]:
+    """A tenant's schedules, newest first (UUID v7 order; uses schedules_tenant)."""
+    return Schedule.objects.filter(tenant_id=tenant_id).order_by("-schedule_id")
+
+
+def schedule_get(*, tenant_id: str, schedule_id: uuid.UUID | str) -> Schedule:
+    """One of the tenant's schedules; NotFound for anything else (a malformed id too)."""
+    pk = _uuid(schedule_id)
+    schedule = schedules_for_tenant(tenant_id=tenant_id).filter(pk=pk).first() if pk else None
+    if schedule is None:
+        raise NotFound(f"Schedule {schedule_id} not found.")
+    return schedule
+
+
+def schedule_calls(*, schedule: Schedule, limit: int = RECENT_CALLS) -> list[ServiceCall]:
+    """Its calls, latest occurrence first, tags prefetched (service_calls_schedule_occurrence)."""
+    return list(
+        service_calls_for_tenant(tenant_id=schedule.tenant_id)
+        .filter(schedule_id=schedule.schedule_id)
+        .order_by("-occurrence_at")[:limit]
+    )
+
+
+def waiting_calls(*, tenant_id: str, schedule_id: uuid.UUID, lock: bool = False) -> list[ServiceCall]:
+    """Its calls that have not started yet (Scheduled, no attempt): normally the one call
+    made ahead. A call waiting for a retry has started, so it is not one of them. With `lock`
+    (inside a transaction) their rows are held until commit, so none starts (and fails into a
+    retry) between this look and a cancel."""
+    rows = ServiceCall.objects.filter(
+        tenant_id=tenant_id, schedule_id=schedule_id, status=ServiceCall.Status.SCHEDULED, attempts=0
+    )
+    if lock:
+        rows = rows.select_for_update()
+    return list(rows.only("service_call_id", "tenant_id", "occurrence_at", "status", "attempts"))
+
+
+def occurrence_call(
+    *, tenant_id: str, schedule_id: uuid.UUID, occurrence_at: datetime, lock: bool = False
+) -> ServiceCall | None:
+    """The call made for one occurrence, if any. With `lock` (inside a transaction) its row is
+    held until commit, so the timer's start (which skips locked rows) cannot move it between
+    the loop's look and its cancel."""
+    rows = ServiceCall.objects.filter(tenant_id=tenant_id, schedule_id=schedule_id, occurrence_at=occurrence_at)
+    if lock:
+        rows = rows.select_for_update()
+    return rows.only(
+        "service_call_id", "tenant_id", "status", "attempts", "started_at", "due_at", "occurrence_at"
+    ).first()
+
+
+def first_start(call: ServiceCall) -> datetime | None:
+    """When the call's first attempt started (a retry replaces the call's own started_at)."""
+    if call.attempts <= 1 and call.started_at is not None:
+        return call.started_at
+    return (
+        attempts_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)
+        .filter(attempt=1)
+        .values_list("started_at", flat=True)
+        .first()
+    ) or call.started_at
