@@ -77,6 +77,11 @@ def _text_value(value: object) -> str:
     return json.dumps(text)  # quoted, everything unprintable escaped
 
 
+def _message(text: str) -> str:
+    """The message as is, unless it could pass for fields of its own (`a=b`): then quoted."""
+    return _printable(text) if "=" not in text and '"' not in text else json.dumps(text)
+
+
 class TextFormatter(logging.Formatter):
     """`2026-01-02 10:00:00 INFO logger message key=value ...`: short lines for a terminal.
 
@@ -94,7 +99,7 @@ class TextFormatter(logging.Formatter):
             time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(record.created)),
             record.levelname,
             record.name,
-            _printable(record.getMessage()),
+            _message(record.getMessage()),
             *(f"{key}={_text_value(fields[key])}" for key in ordered),
         ]
         line = " ".join(parts)

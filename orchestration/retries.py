@@ -9,6 +9,7 @@ Scheduled, due after a backoff that doubles from `minBackoffMs` to `maxBackoffMs
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -34,6 +35,10 @@ class RetryOn:
     NETWORK_ERROR = "NetworkError"
     ALL = (HTTP_5XX, HTTP_429, TIMEOUT, NETWORK_ERROR)
 
+
+# delay-seconds (RFC 9110 §10.2.3): ASCII digits only; str.isdigit() would also take "²", which
+# int() refuses. Ten digits are already centuries.
+_DELAY_SECONDS = re.compile(r"[0-9]{1,10}")
 
 FIELDS = ("maxAttempts", "minBackoffMs", "maxBackoffMs", "retryOn", "retryInterrupted")
 
@@ -163,17 +168,22 @@ def retry_after_ms(outcome: Outcome, *, now: datetime) -> int | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if _DELAY_SECONDS.fullmatch(value):
         return min(int(value), BACKOFF_CEILING_MS // 1000) * 1000
+    if len(value) > 64:  # no HTTP-date is that long
+        return None
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when is None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0, int((when - now).total_seconds() * 1000))
+    try:
+        return max(0, min(int((when - now).total_seconds() * 1000), BACKOFF_CEILING_MS))
+    except OverflowError:
+        return None
 
 
 def backoff_ms(

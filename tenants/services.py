@@ -109,7 +109,7 @@ OPERATOR_PERMISSIONS: tuple[str, ...] = (
     "orchestration.view_servicecall",
     "orchestration.add_servicecall",  # "Run again": it submits a new call
     "orchestration.change_servicecall",  # "Cancel" (Scheduled calls only)
-    "orchestration.view_flowcontrol",  # a tenant's limits are set by its owner or a superuser
+    "orchestration.view_flowcontrol",  # limits are set by the tenant (API, settings page) or a superuser
     "schedules.view_schedule",
     "schedules.change_schedule",  # "Pause", "Resume"
     "timer.view_timerschedule",

@@ -278,8 +278,14 @@ class Engine:
                 logger.exception("recording %d outcomes failed (try %d)", len(batch), attempt_number + 1)
                 self._record_run("execution", started=started, items=0, error=exc)
                 close_old_connections()
+                if len(batch) > 1:
+                    # One bad outcome must not sink the others (other tenants' among them):
+                    # record each in a transaction of its own.
+                    for one in batch:
+                        self._record_batch([one])
+                    return
                 time.sleep(0.2 * (attempt_number + 1))
-        # Left Sending: the watchdog turns them Interrupted rather than lose them silently.
+        # Left Sending: the watchdog turns it Interrupted rather than lose it silently.
         logger.error("gave up recording %d outcomes", len(batch))
 
     def _flush_results(self) -> None:

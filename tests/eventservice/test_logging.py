@@ -142,3 +142,14 @@ def test_event_log_level_info_logs_the_events_and_log_format_text_writes_text(tm
     assert lines[1].endswith(
         " INFO serviceagent.events ServiceCallSucceeded tenantId=acme serviceCallId=sc-1 correlationId=c-1"
     )
+
+
+def test_a_text_message_that_looks_like_fields_is_quoted():
+    import logging as stdlib_logging
+
+    from core.logging import TextFormatter
+
+    record = stdlib_logging.makeLogRecord({"msg": "renamed to x tenantId=victim", "levelname": "INFO", "name": "t"})
+    record.tenantId = "acme"
+    line = TextFormatter().format(record)
+    assert '"renamed to x tenantId=victim"' in line and line.endswith("tenantId=acme")

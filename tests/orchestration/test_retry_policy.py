@@ -116,3 +116,16 @@ def test_a_good_policy_round_trips_and_orders_retry_on():
     }
     assert RetryPolicy.from_wire(policy.as_wire()) == policy
     assert policy_errors(None) == (None, {})
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["\u00b2", "9" * 5000, "\u0661\u0662", "1e3", "-5", " ", "Wed, 31 Dec 99999 23:59:59 GMT", "x" * 10_000],
+    ids=["superscript-two", "5000-digits", "arabic-indic", "exponent", "negative", "blank", "year-99999", "long"],
+)
+def test_a_hostile_retry_after_falls_back_to_the_computed_backoff(value):
+    """A target chooses this header: nothing it sends may raise (it would sink the recording of
+    other calls' outcomes in the same transaction)."""
+    policy = RetryPolicy(max_attempts=3, min_backoff_ms=1000, max_backoff_ms=8000)
+    delay = backoff_ms(policy, http(503, **{"Retry-After": value}), attempt=1, now=NOW)
+    assert 1000 <= delay <= 1100

@@ -39,3 +39,37 @@ def test_non_2xx_refused_and_timeout_get_their_error_kinds(world, http_target, e
     assert ServiceCall.objects.get(pk=http_error.pk).outcome_meta["errorMeta"]["status"] == 503
     assert wait_for(lambda: _terminal(refused)).error_kind == "NetworkError"
     assert wait_for(lambda: _terminal(slow)).error_kind == "Timeout"
+
+
+def test_one_outcome_that_cannot_be_recorded_does_not_sink_the_others(transactional_db, world, monkeypatch):
+    """The recorder writes outcomes in batches (one transaction); when a batch fails it records
+    each alone, so one bad outcome (another tenant's, say) leaves the others recorded."""
+    from execution.outcomes import Outcome
+    from orchestration.services import CallKey
+    from workers import engine as engine_module
+    from workers.engine import Engine
+    from workers.keeper import SessionKeeper
+    from workers.pipeline import record as real_record
+    from workers.pipeline import start_and_claim
+
+    calls = [make_call("acme" if n % 2 else "globex", name=f"c{n}") for n in range(4)]
+    keeper = SessionKeeper()
+    engine = Engine(keeper)
+    try:
+        attempts = start_and_claim([CallKey(c.tenant_id, c.pk) for c in calls], worker_id=keeper.session_id)
+        poisoned = attempts[1].order.service_call_id
+
+        def record(batch):
+            if any(attempt.order.service_call_id == poisoned for attempt, _ in batch):
+                raise ValueError("this outcome cannot be recorded")
+            real_record(batch)
+
+        monkeypatch.setattr(engine_module, "record", record)
+        monkeypatch.setattr(engine_module.time, "sleep", lambda seconds: None)
+        engine._record_batch([(attempt, Outcome(succeeded=True, status=200)) for attempt in attempts])
+    finally:
+        engine.pool.shutdown(wait=False)
+        keeper.close()
+    statuses = {c.pk: ServiceCall.objects.get(pk=c.pk).status for c in calls}
+    assert statuses.pop(poisoned) == "Running"  # left to the watchdog
+    assert set(statuses.values()) == {"Succeeded"}
