@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import timedelta
 from typing import Any
@@ -14,9 +13,10 @@ from core.cli import command_error
 from core.errors import ApplicationError, ValidationFailed
 from core.ids import iso_ms, new_id, utcnow
 from execution.egress import EgressPolicy, client_path
+from orchestration.cli import request_spec_from_options
 from orchestration.retries import MAX_ATTEMPTS, RetryOn
 from orchestration.services import service_call_submit
-from orchestration.validation import MAX_AHEAD, MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS, validate_submission
+from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, METHODS, validate_submission
 from tenants.cli import require_tenant
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
@@ -84,18 +84,6 @@ def _with_hints(exc: ValidationFailed, url: str) -> ValidationFailed:
         return exc
     errors = {**exc.errors, "requestSpec.url": [f"{message} {hint}" for message in exc.errors["requestSpec.url"]]}
     return ValidationFailed(errors)
-
-
-def parse_headers(values: list[str]) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for raw in values:
-        name, sep, value = raw.partition(":")
-        if not sep or not name:
-            raise CommandError(f"--header {raw!r} must look like NAME:VALUE, for example 'Accept: application/json'.")
-        if name in headers:
-            raise CommandError(f"--header {name!r} is given twice.")
-        headers[name] = value.lstrip(" \t")
-    return headers
 
 
 class Command(BaseCommand):
@@ -188,25 +176,7 @@ class Command(BaseCommand):
 
     def _wire_data(self, options: dict[str, Any]) -> dict[str, Any]:
         """The submission in the API's wire shape, so validation is the API's."""
-        spec: dict[str, Any] = {
-            "method": options["method"],
-            "url": options["url"],
-            "headers": parse_headers(options["header"]),
-        }
-        body = options["body"]
-        if options["json_body"]:
-            if body is None:
-                raise CommandError("--json-body needs --body.")
-            try:
-                body = json.loads(body)
-            except ValueError as exc:
-                raise CommandError(f"--body is not valid JSON: {exc}.") from None
-            except RecursionError:  # deeper than the decoder goes; shallower ones meet validation's limit
-                raise CommandError(f"--body is nested deeper than {MAX_BODY_DEPTH} levels.") from None
-        if body is not None:
-            spec["body"] = body
-        if options["timeout_ms"] is not None:
-            spec["timeoutMs"] = options["timeout_ms"]
+        spec = request_spec_from_options(options)
         data: dict[str, Any] = {"name": options["name"], "requestSpec": spec}
         if options["due"] is not None:
             data["dueAt"] = options["due"]

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from core.cli import command_error
 from core.errors import ApplicationError
 from core.ids import iso_ms
-from orchestration.management.commands.submit_call import parse_headers
-from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
+from orchestration.cli import request_spec_from_options
+from orchestration.validation import MAX_TIMEOUT_MS, METHODS
 from schedules.cron import local_iso
 from schedules.representation import next_runs
 from schedules.services import schedule_create
@@ -95,25 +94,7 @@ class Command(BaseCommand):
 
     def _wire_data(self, options: dict[str, Any]) -> dict[str, Any]:
         """The schedule in the API's wire shape, so validation is the API's."""
-        spec: dict[str, Any] = {
-            "method": options["method"],
-            "url": options["url"],
-            "headers": parse_headers(options["header"]),
-        }
-        body = options["body"]
-        if options["json_body"]:
-            if body is None:
-                raise CommandError("--json-body needs --body.")
-            try:
-                body = json.loads(body)
-            except ValueError as exc:
-                raise CommandError(f"--body is not valid JSON: {exc}.") from None
-            except RecursionError:
-                raise CommandError(f"--body is nested deeper than {MAX_BODY_DEPTH} levels.") from None
-        if body is not None:
-            spec["body"] = body
-        if options["timeout_ms"] is not None:
-            spec["timeoutMs"] = options["timeout_ms"]
+        spec = request_spec_from_options(options)
         data: dict[str, Any] = {"name": options["name"], "cron": options["cron"], "requestSpec": spec}
         if options["timezone"] is not None:
             data["timezone"] = options["timezone"]
