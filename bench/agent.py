@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import PYTHON, ROOT, Child, Children, log, summary_ms, wait_until
+from bench.common import PYTHON, ROOT, Child, Children, group_pids, log, summary_ms, wait_until
 
 LATENESS_TENANT = "bench-lateness"
 DRAIN_TENANT = "bench-drain"
@@ -48,7 +48,8 @@ def ensure_tenant(slug: str) -> None:
 def start_workers(
     children: Children, env: dict[str, str], *, name: str = "agent-qcluster", workers: int = 2, timeout: float = 60.0
 ) -> Child:
-    """Start `manage.py qcluster`; ready when its worker processes' sessions beat."""
+    """Start `manage.py qcluster`; ready when its worker processes' sessions beat (its own:
+    another cluster may run on the same database)."""
     from workers.models import WorkerSession
 
     since = datetime.now(UTC)
@@ -58,7 +59,10 @@ def start_workers(
         if child.proc.poll() is not None:
             raise RuntimeError(f"{name} exited early:\n{child.tail()}")
         return (
-            WorkerSession.objects.filter(started_at__gte=since, status=WorkerSession.Status.RUNNING).count() >= workers
+            WorkerSession.objects.filter(
+                started_at__gte=since, status=WorkerSession.Status.RUNNING, pid__in=group_pids(child.proc.pid)
+            ).count()
+            >= workers
         )
 
     if not wait_until(ready, timeout=timeout, interval=0.1):
@@ -168,8 +172,16 @@ def lateness(
     }
 
 
-def drain(*, url: str, count: int, lead: float, window: Window = nullcontext, delivery: Delivery | None = None) -> dict:
-    """`count` calls due at one instant; rate to all terminal and to all bookkeeping done.
+def drain(
+    *,
+    url: str,
+    count: int,
+    lead: float,
+    window: Window = nullcontext,
+    delivery: Delivery | None = None,
+    tenant: str = DRAIN_TENANT,
+) -> dict:
+    """`count` calls of `tenant` due at one instant; rate to all terminal and to all bookkeeping done.
 
     With `delivery`, its subscriptions for the drain's tenant are made after the submissions
     and before the due instant, so they receive exactly the burst's events (Running and
@@ -178,37 +190,33 @@ def drain(*, url: str, count: int, lead: float, window: Window = nullcontext, de
     from orchestration.models import ServiceCall
     from outbox.models import OutboxEvent
 
-    ensure_tenant(DRAIN_TENANT)
+    ensure_tenant(tenant)
     if delivery is not None:
         delivery.make_stream()
     # The due instant must come after the last submission, whatever this machine's speed.
     lead = lead_for(count, submit_ms_per_call(url), lead)
     due = round(time.time() + lead, 3)
     log(f"agent drain: submitting {count} calls all due at +{lead:.1f}s")
-    submit = _submit(DRAIN_TENANT, url, [due] * count, "drain")
+    submit = _submit(tenant, url, [due] * count, "drain")
     log(f"agent drain: submitted in {submit['seconds']:.1f}s; waiting")
     if delivery is not None:
-        delivery.subscribe(DRAIN_TENANT)
+        delivery.subscribe(tenant)
         if time.time() > due:
             log("agent drain: the subscriptions were made after the due instant; some events miss them")
     _sleep_until(due - WINDOW_MARGIN)
     with window():
-        finished = _wait_terminal(DRAIN_TENANT, count, timeout=max(0.0, due - time.time()) + 120)
-        published = _wait_published(DRAIN_TENANT, timeout=60)
+        finished = _wait_terminal(tenant, count, timeout=max(0.0, due - time.time()) + 120)
+        published = _wait_published(tenant, timeout=60)
         delivered = delivery.wait_delivered(timeout=DELIVERY_TIMEOUT) if delivery is not None else None
-    calls = ServiceCall.objects.filter(tenant_id=DRAIN_TENANT)
+    calls = ServiceCall.objects.filter(tenant_id=tenant)
     due_at = datetime.fromtimestamp(due, UTC)
     last_finished = max(calls.exclude(finished_at=None).values_list("finished_at", flat=True))
     first_started = min(calls.exclude(started_at=None).values_list("started_at", flat=True))
     last_started = max(calls.exclude(started_at=None).values_list("started_at", flat=True))
     last_logged = max(
-        HttpExecution.objects.filter(tenant_id=DRAIN_TENANT)
-        .exclude(finished_at=None)
-        .values_list("finished_at", flat=True)
+        HttpExecution.objects.filter(tenant_id=tenant).exclude(finished_at=None).values_list("finished_at", flat=True)
     )
-    events = list(
-        OutboxEvent.objects.filter(tenant_id=DRAIN_TENANT).values_list("event_type", "created_at", "published_at")
-    )
+    events = list(OutboxEvent.objects.filter(tenant_id=tenant).values_list("event_type", "created_at", "published_at"))
     published_times = [p for _, _, p in events if p is not None]
     after_due = [(p - c).total_seconds() for t, c, p in events if p is not None and c >= due_at]
     all_lags = [(p - c).total_seconds() for _, c, p in events if p is not None]
@@ -233,23 +241,34 @@ def drain(*, url: str, count: int, lead: float, window: Window = nullcontext, de
         "outbox_lag_all_ms": summary_ms(all_lags),
     }
     if delivery is not None:
-        result["delivery"] = {**delivery.measure(DRAIN_TENANT), "all_succeeded_in_db": delivered}
+        result["delivery"] = {**delivery.measure(tenant), "all_succeeded_in_db": delivered}
         delivery.finish()
     return result
 
 
 def bare_requests(*, url: str, count: int) -> dict:
-    """The ceiling: one requests.Session, one thread, GETs in a loop against the same target."""
+    """The ceiling: one requests.Session, one thread, GETs in a loop against the same target.
+
+    Also the floor of the CPU per call: the loop's process CPU time (user + system, this
+    process only; the target's is not counted) per request."""
     import requests
 
     with requests.Session() as session:
         session.trust_env = False
         session.get(url, timeout=5).raise_for_status()
+        cpu_before = time.process_time()
         started = time.perf_counter()
         for _ in range(count):
             session.get(url, timeout=5).content  # noqa: B018
         elapsed = time.perf_counter() - started
-    return {"requests": count, "seconds": elapsed, "rate": count / elapsed}
+        cpu = time.process_time() - cpu_before
+    return {
+        "requests": count,
+        "seconds": elapsed,
+        "rate": count / elapsed,
+        "cpu_seconds": cpu,
+        "cpu_per_request_ms": cpu * 1000 / count,
+    }
 
 
 # --- Event delivery during the drain ----------------------------------------------------------

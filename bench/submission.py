@@ -1,8 +1,10 @@
-"""Submission: POST /api/tenants/<t>/service-calls under gunicorn, from a local load client.
+"""Submission: POST /api/tenants/<t>/service-calls under gunicorn, from a local load client,
+and the same POSTs to the floor (bench/floor.py) under the same gunicorn command line.
 
 The web app runs as it would in production (gunicorn, 2 workers x 8 threads) on the bench's
 database while the agent's workers run; calls are due in an hour, so the workers only publish
-their Submitted/Scheduled events meanwhile.
+their Submitted/Scheduled events meanwhile. The floor's gunicorn differs only in its settings
+module (bench.floor_settings: the project's, with the floor view in the URLconf).
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from bench.agent import ensure_tenant
 from bench.common import PYTHON, ROOT, Child, Children, free_port, log, wait_port
 
 SUBMIT_TENANT = "bench-submit"
+# The product's collection path, and the floor view's (bench/floor.py).
+API_PATH = f"/api/tenants/{SUBMIT_TENANT}/service-calls"
+FLOOR_PATH = f"/bench/floor/tenants/{SUBMIT_TENANT}/service-calls"
+FLOOR_SETTINGS = "bench.floor_settings"
 
 WRK_SCRIPT = """
 wrk.method = "POST"
@@ -36,10 +42,15 @@ end
 """
 
 
-def start_web(children: Children, env: dict[str, str]) -> tuple[Child, int]:
+def start_web(
+    children: Children, env: dict[str, str], *, name: str = "gunicorn", settings: str | None = None
+) -> tuple[Child, int]:
+    """gunicorn on the project's WSGI app; `settings` replaces DJANGO_SETTINGS_MODULE only."""
     port = free_port()
+    if settings is not None:
+        env = {**env, "DJANGO_SETTINGS_MODULE": settings}
     child = children.start(
-        "gunicorn",
+        name,
         [
             PYTHON,
             "-m",
@@ -70,9 +81,11 @@ def api_key() -> str:
     return raw
 
 
-def python_client(*, port: int, key: str, target: str, total: int, threads: int, env: dict[str, str]) -> dict:
-    url = f"http://127.0.0.1:{port}/api/tenants/{SUBMIT_TENANT}/service-calls"
-    log(f"submission: {total} POSTs from the Python load client ({threads} threads)")
+def python_client(
+    *, port: int, key: str, target: str, total: int, threads: int, env: dict[str, str], path: str = API_PATH
+) -> dict:
+    url = f"http://127.0.0.1:{port}{path}"
+    log(f"submission: {total} POSTs to {path} from the Python load client ({threads} threads)")
     done = subprocess.run(
         [
             PYTHON,
@@ -101,7 +114,9 @@ def python_client(*, port: int, key: str, target: str, total: int, threads: int,
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def wrk_client(*, port: int, key: str, target: str, seconds: int, connections: int) -> dict | None:
+def wrk_client(
+    *, port: int, key: str, target: str, seconds: int, connections: int, path: str = API_PATH
+) -> dict | None:
     """The same POSTs from wrk (C, so the client takes less CPU from the server); None without wrk."""
     wrk = shutil.which("wrk")
     if wrk is None:
@@ -115,8 +130,8 @@ def wrk_client(*, port: int, key: str, target: str, seconds: int, connections: i
             "tags": ["bench", "submit"],
         }
     )
-    url = f"http://127.0.0.1:{port}/api/tenants/{SUBMIT_TENANT}/service-calls"
-    log(f"submission: wrk for {seconds}s ({connections} connections, 2 threads)")
+    url = f"http://127.0.0.1:{port}{path}"
+    log(f"submission: wrk on {path} for {seconds}s ({connections} connections, 2 threads)")
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "post.lua"
         script.write_text(WRK_SCRIPT % {"body": body, "key": key})
