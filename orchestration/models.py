@@ -117,8 +117,14 @@ class ServiceCall(models.Model):
             models.Index(fields=["tenant", "due_at"], name="service_calls_tenant_due"),
             # Watchdog and crash recovery: Running calls by start time.
             models.Index(fields=["started_at"], condition=Q(status="Running"), name="service_calls_running"),
-            # The watchdog's overdue sweep: Scheduled calls by due time.
-            models.Index(fields=["due_at"], condition=Q(status="Scheduled"), name="service_calls_scheduled_due"),
+            # Scheduled calls that flow control does not hold, by due time: the workers' due
+            # backlog (orchestration.services.service_calls_start_overdue, polled by every
+            # worker process) and the watchdog's overdue sweep.
+            models.Index(
+                fields=["due_at"],
+                condition=Q(status="Scheduled", held_since__isnull=True),
+                name="service_calls_startable_due",
+            ),
             # Flow control's held calls (orchestration.admission): the tenants that have any,
             # each tenant's queues, and the oldest calls of a queue, each an index probe.
             models.Index(

@@ -53,3 +53,12 @@ def status_counts(*, tenant_id: str | None = None) -> dict[str, Any]:
         qs = qs.filter(tenant_id=tenant_id)
     counts = dict(qs.values_list("status").annotate(n=Count("pk")).values_list("status", "n"))
     return {status: counts.get(status, 0) for status in ServiceCall.Status.values}
+
+
+def service_calls_overdue_exist(*, due_before: datetime) -> bool:
+    """Whether a Scheduled call that flow control does not hold was due before a time: the
+    workers' cheap look (a read, an index probe on service_calls_startable_due) before they take
+    the write lock to start the due backlog."""
+    return ServiceCall.objects.filter(
+        status=ServiceCall.Status.SCHEDULED, due_at__lte=due_before, held_since__isnull=True
+    ).exists()

@@ -265,57 +265,81 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
     wanted = {key.service_call_id: key.tenant_id for key in keys}
     with transaction.atomic():
         now = utcnow()
-        rows = list(
-            ServiceCall.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=list(wanted), status=ServiceCall.Status.SCHEDULED, due_at__lte=now)
-            .only(
-                "service_call_id",
-                "tenant_id",
-                "correlation_id",
-                "request_spec",
-                "attempts",
-                "due_at",
-                "target_host",
-                "held_since",
-                "held_queue",
-                "held_ms",
-            )
-        )
+        rows = list(_startable(now).filter(pk__in=list(wanted)))
         rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
-        rows, now, later = admit(rows, now=now)
-        if not rows:
-            return []
-        held_ms = release_held(rows, now=now)
-        updated = ServiceCall.objects.filter(
-            pk__in=[row.pk for row in rows], status=ServiceCall.Status.SCHEDULED
-        ).update(status=ServiceCall.Status.RUNNING, started_at=now, attempts=F("attempts") + 1)
-        if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
-            raise RuntimeError("start raced with another writer")
-        starts_place(later)
-        outbox_append(
-            events=[
-                _event(
-                    row,
-                    OutboxEvent.Type.RUNNING,
-                    {
-                        "startedAt": iso_ms(later.get(row.pk, now)),
-                        "attempt": row.attempts + 1,
-                        **({"heldMs": held_ms[row.pk]} if held_ms.get(row.pk) else {}),
-                    },
-                    now,
-                )
-                for row in rows
-            ]
+        return _start_rows(rows, now=now)
+
+
+def service_calls_start_overdue(*, due_before: datetime, limit: int) -> list[StartedCall]:
+    """Start up to `limit` Scheduled calls due before `due_before`, oldest due first, that flow
+    control does not hold (its flow loop starts those): the due backlog a timer did not start
+    in time, or left for whichever worker has room (docs/architecture.md, "Every worker
+    process executes"). Chosen inside the start's transaction (under SQLite's write lock, or
+    skipping rows another worker has locked on PostgreSQL), so two workers never pick the same
+    call."""
+    if limit <= 0:
+        return []
+    with transaction.atomic():
+        now = utcnow()
+        rows = list(_startable(min(now, due_before)).filter(held_since__isnull=True).order_by("due_at")[:limit])
+        return _start_rows(rows, now=now)
+
+
+def _startable(due_by: datetime):
+    return (
+        ServiceCall.objects.select_for_update(skip_locked=True)
+        .filter(status=ServiceCall.Status.SCHEDULED, due_at__lte=due_by)
+        .only(
+            "service_call_id",
+            "tenant_id",
+            "correlation_id",
+            "request_spec",
+            "attempts",
+            "due_at",
+            "target_host",
+            "held_since",
+            "held_queue",
+            "held_ms",
         )
-        started, unreadable = [], []
-        for row in rows:
-            attempt = row.attempts + 1
-            try:
-                started.append(replace(_started(row, attempt=attempt), not_before=later.get(row.pk)))
-            except SecretUnavailable as exc:
-                unreadable.append((CallKey(row.tenant_id, row.service_call_id, attempt), _unreadable_outcome(exc)))
-        # A sealed header no configured key opens: fail now rather than leave it for the watchdog.
-        service_calls_finish(results=unreadable)
+    )
+
+
+def _start_rows(rows: list[ServiceCall], *, now: datetime) -> list[StartedCall]:
+    """Scheduled -> Running for these locked rows (inside the caller's transaction)."""
+    rows, now, later = admit(rows, now=now)
+    if not rows:
+        return []
+    held_ms = release_held(rows, now=now)
+    updated = ServiceCall.objects.filter(pk__in=[row.pk for row in rows], status=ServiceCall.Status.SCHEDULED).update(
+        status=ServiceCall.Status.RUNNING, started_at=now, attempts=F("attempts") + 1
+    )
+    if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
+        raise RuntimeError("start raced with another writer")
+    starts_place(later)
+    outbox_append(
+        events=[
+            _event(
+                row,
+                OutboxEvent.Type.RUNNING,
+                {
+                    "startedAt": iso_ms(later.get(row.pk, now)),
+                    "attempt": row.attempts + 1,
+                    **({"heldMs": held_ms[row.pk]} if held_ms.get(row.pk) else {}),
+                },
+                now,
+            )
+            for row in rows
+        ]
+    )
+    started, unreadable = [], []
+    for row in rows:
+        attempt = row.attempts + 1
+        try:
+            started.append(replace(_started(row, attempt=attempt), not_before=later.get(row.pk)))
+        except SecretUnavailable as exc:
+            unreadable.append((CallKey(row.tenant_id, row.service_call_id, attempt), _unreadable_outcome(exc)))
+    # A sealed header no configured key opens: fail now rather than leave it for the watchdog.
+    service_calls_finish(results=unreadable)
     return started
 
 

@@ -1,17 +1,20 @@
-"""The engine: the long-running loops of one worker process.
+"""The engine: the long-running loops of a worker process.
 
-One engine runs per django-q2 cluster (see workers/signals.py), inside one of its worker
-processes. It holds:
-- the timer loop (NearTermScheduler) that starts due calls the moment they are due;
-- an execution pool that performs attempts (HTTP outside any transaction);
-- a recorder that writes finished attempts and call outcomes in small batches;
-- the outbox dispatcher loop;
-- the watchdog (crash recovery, stuck calls) and retention;
-- the flow loop, which starts the calls flow control held once their limits have room
-  (docs/flow-control.md);
-- the schedules loop, which makes each recurring schedule's next call ahead (docs/schedules.md);
-- records of its loop runs (the worker session itself is kept by SessionKeeper).
-Several engines (clusters, hosts) may run at once: every claim is a conditional update.
+Every worker process of a django-q2 cluster runs an engine (see workers/signals.py); what it
+holds depends on the roles the process took (docs/architecture.md, "Every worker process
+executes"):
+- every engine: an execution pool that performs attempts (HTTP outside any transaction), a
+  recorder that writes finished attempts and call outcomes in small batches, and the backlog
+  loop, which starts due calls nobody has started yet (a burst bigger than the timer's pool,
+  a timer that fired late) as its pool has room;
+- the timer home, one per cluster: the timer loop (NearTermScheduler) that starts due calls
+  the moment they are due, the watchdog (crash recovery, stuck calls) and retention, the flow
+  loop, which starts the calls flow control held once their limits have room
+  (docs/flow-control.md), and the schedules loop, which makes each recurring schedule's next
+  call ahead (docs/schedules.md);
+- the events home, one per cluster (the timer home too when the cluster has one worker
+  process): the outbox dispatcher and the delivery loop to subscribers (docs/events.md).
+Several engines (processes, clusters, hosts) run at once: every claim is a conditional update.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from delivery.runner import Deliverer
 from delivery.services import nats_subscription_ensure, notifications_delete_before
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
+from orchestration.selectors import service_calls_overdue_exist
 from orchestration.services import CallKey
 from outbox.dispatcher import dispatch_batch
 from outbox.services import outbox_delete_published_before
@@ -44,7 +48,7 @@ from timer.selectors import DueTimer
 from workers import recovery
 from workers.flow import FlowLoop
 from workers.keeper import SessionKeeper
-from workers.pipeline import record, run_attempt, start_and_claim
+from workers.pipeline import record, run_attempt, start_and_claim, start_and_claim_overdue
 from workers.services import RunRecorder, runs_delete_older_than
 
 logger = logging.getLogger("serviceagent.engine")
@@ -55,8 +59,14 @@ SWITCH_INTERVAL_SECONDS = 0.001
 # writes in one transaction (each holds the write lock the timer and the dispatcher wait for).
 RECORD_GATHER_SECONDS = 0.01
 RECORD_BATCH = 100
-# Due calls started (and their attempts claimed) per transaction.
+# Due calls started (and their attempts claimed) per transaction, at most; never more than
+# the execution pool has free threads for, so a claimed attempt leaves at once (an attempt
+# claimed but queued would be Interrupted, not resent, if the process died).
 START_CHUNK = 100
+# The backlog loop: a call due this long ago that nobody has started is anybody's; it looks
+# that often (a read), and sooner when an attempt of this process finishes.
+BACKLOG_GRACE_SECONDS = 0.02
+BACKLOG_POLL_SECONDS = 0.02
 # How often the schedules loop looks for schedules whose call made ahead came due, and how
 # long a schedule whose round failed is left aside.
 SCHEDULES_INTERVAL_SECONDS = 1.0
@@ -114,11 +124,18 @@ class WriteGate:
 
 
 class Engine:
-    def __init__(self, keeper: SessionKeeper) -> None:
+    def __init__(self, keeper: SessionKeeper, *, timer: bool = True, events: bool = True) -> None:
         self.keeper = keeper
+        # The roles this process took (workers/signals.py): one timer home and one events home
+        # per cluster; every engine executes attempts.
+        self.hosts_timer = timer
+        self.hosts_events = events
+        self.concurrency = settings.EXECUTION_CONCURRENCY
+        # Set when an attempt finishes (the pool has room again) or the timer left due calls.
+        self._room = threading.Event()
         self.stop_event = threading.Event()
         self.recorder = RunRecorder(session_id=keeper.session_id)
-        self.pool = ThreadPoolExecutor(settings.EXECUTION_CONCURRENCY, thread_name_prefix="attempt")
+        self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="attempt")
         self.results: queue.Queue[tuple[Attempt, Outcome]] = queue.Queue()
         self.in_flight = 0
         self._in_flight_lock = threading.Lock()
@@ -147,19 +164,19 @@ class Engine:
         # the switch interval (5 ms by default), so a transaction of a few dozen statements
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        for name, target in [
-            ("timer", self._timer_loop),
-            ("recorder", self._recorder_loop),
-            ("dispatch", self._dispatch_loop),
-            ("delivery", self._delivery_loop),
-            ("watchdog", self._watchdog_loop),
-            ("flow", self._flow_loop),
-            ("schedules", self._schedules_loop),
-        ]:
+        loops = [("recorder", self._recorder_loop), ("backlog", self._backlog_loop), ("watchdog", self._watchdog_loop)]
+        if self.hosts_timer:
+            loops += [("timer", self._timer_loop), ("flow", self._flow_loop), ("schedules", self._schedules_loop)]
+        if self.hosts_events:
+            loops += [("dispatch", self._dispatch_loop), ("delivery", self._delivery_loop)]
+        for name, target in loops:
             thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
             thread.start()
             self.threads.append(thread)
-        logger.info("engine started", extra={"workerSession": self.session_id})
+        logger.info(
+            "engine started",
+            extra={"workerSession": self.session_id, "timer": self.hosts_timer, "events": self.hosts_events},
+        )
 
     def stop(self, *, drain_seconds: float = 10.0) -> None:
         """Stop taking work, let in-flight attempts finish (bounded), record, close the session."""
@@ -207,15 +224,46 @@ class Engine:
         """DueTimeReached for a batch: start the calls and hand their attempts to the pool.
 
         In chunks: the first requests go out while later calls are still being started, and
-        the recorder and the dispatcher get the write lock between chunks.
+        the recorder and the dispatcher get the write lock between chunks. No more than the
+        pool has room for: the rest stays Scheduled and due, and the backlog loops of every
+        engine start it as their pools have room.
         """
-        for first in range(0, len(timers), START_CHUNK):
-            chunk = timers[first : first + START_CHUNK]
+        keys = [CallKey(t.tenant_id, t.service_call_id) for t in timers]
+        first = 0
+        while first < len(keys):
+            room = self.room()
+            if room < min(len(keys) - first, START_CHUNK // 4):
+                self._room.set()  # this process's backlog loop takes over when room frees
+                return
+            chunk = keys[first : first + min(START_CHUNK, room)]
+            first += len(chunk)
             with self.gate.urgent():
-                attempts = start_and_claim(
-                    [CallKey(t.tenant_id, t.service_call_id) for t in chunk], worker_id=self.session_id
-                )
+                attempts = start_and_claim(chunk, worker_id=self.session_id)
             self.execute(attempts)
+
+    def room(self) -> int:
+        """Attempts the pool can start at once."""
+        with self._in_flight_lock:
+            return self.concurrency - self.in_flight
+
+    def _backlog_loop(self) -> None:
+        """Start the due calls nobody has started, as this process's pool has room: a burst
+        larger than one pool is shared by every worker process of every cluster."""
+        while not self.stop_event.is_set():
+            room = self.room()
+            due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
+            if room > 0 and service_calls_overdue_exist(due_before=due_before):
+                started = time.monotonic()
+                with self.gate.slot():
+                    attempts = start_and_claim_overdue(
+                        due_before=due_before, limit=min(room, START_CHUNK), worker_id=self.session_id
+                    )
+                self.execute(attempts)
+                if attempts:
+                    self._record_run("backlog", started=started, items=len(attempts))
+                    continue
+            self._room.wait(BACKLOG_POLL_SECONDS)
+            self._room.clear()
 
     def _flow_loop(self) -> None:
         self.flow.run(self.stop_event)
@@ -245,6 +293,7 @@ class Engine:
         finally:
             with self._in_flight_lock:
                 self.in_flight -= 1
+            self._room.set()
         self.results.put((attempt, outcome))
 
     # -- recording outcomes in batches --------------------------------------------------------
@@ -379,21 +428,25 @@ class Engine:
     def _watchdog_loop(self) -> None:
         next_retention = 0.0
         while not self.stop_event.wait(2.0):
-            started = time.monotonic()
-            try:
-                with self.gate.slot():
-                    moved = recovery.sweep(worker_id=self.session_id, execute=self.execute)
-                self._record_run("watchdog", started=started, items=moved)
-            except Exception as exc:
-                logger.exception("watchdog sweep failed")
-                self._record_run("watchdog", started=started, items=0, error=exc)
-                close_old_connections()
-            if time.monotonic() >= next_retention:
+            if self.hosts_timer:
+                self._sweep()
+            if self.hosts_timer and time.monotonic() >= next_retention:
                 next_retention = time.monotonic() + 3600
                 self._retention()
             self.recorder.session_id = self.session_id
             with self.gate.slot():
                 self.recorder.flush()
+
+    def _sweep(self) -> None:
+        started = time.monotonic()
+        try:
+            with self.gate.slot():
+                moved = recovery.sweep(worker_id=self.session_id, execute=self.execute)
+            self._record_run("watchdog", started=started, items=moved)
+        except Exception as exc:
+            logger.exception("watchdog sweep failed")
+            self._record_run("watchdog", started=started, items=0, error=exc)
+            close_old_connections()
 
     def _retention(self) -> None:
         started = time.monotonic()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 
 from django.db import transaction
 
@@ -22,6 +23,7 @@ from orchestration.services import (
     StartedCall,
     service_calls_finish,
     service_calls_start,
+    service_calls_start_overdue,
 )
 
 logger = logging.getLogger("serviceagent.pipeline")
@@ -59,6 +61,14 @@ def start_and_claim(keys: Sequence[CallKey], *, worker_id: str) -> list[Attempt]
     """
     with transaction.atomic():
         started = service_calls_start(keys=keys)
+        return claim(started, worker_id=worker_id)
+
+
+def start_and_claim_overdue(*, due_before: datetime, limit: int, worker_id: str) -> list[Attempt]:
+    """Start up to `limit` calls of the due backlog (oldest due first) and claim their attempts,
+    in one transaction, as start_and_claim does."""
+    with transaction.atomic():
+        started = service_calls_start_overdue(due_before=due_before, limit=limit)
         return claim(started, worker_id=worker_id)
 
 

@@ -1,17 +1,22 @@
-"""Hosting the engine inside `manage.py qcluster`.
+"""Hosting the engines inside `manage.py qcluster`.
 
 django-q2 sends `post_spawn` in every worker process it starts. Each worker process opens a
-worker session with a heartbeat (attempts made by its tasks belong to it). The first worker
-of a cluster to take the cluster's lock file also runs the engine in background threads; the
-OS releases the lock when that process dies, so the worker django-q2 spawns to replace it
-takes over. One engine per cluster; several clusters coordinate through the database's
-conditional updates.
+worker session with a heartbeat (attempts made by its tasks belong to it) and runs an engine
+in background threads: every engine executes attempts (docs/architecture.md, "Every worker
+process executes"). Two roles are one per cluster, each held by a lock file:
+- the timer home (the precise timer, the watchdog, flow control, schedules): the first worker
+  to take the cluster's `engine` lock;
+- the events home (the outbox dispatcher, delivery to subscribers): the first *other* worker
+  to take the cluster's `events` lock, so the events have a core of their own during a burst;
+  with one worker process per cluster, the timer home holds both.
+The OS releases a lock when its process dies, so the worker django-q2 spawns to replace it
+takes the role over. Several clusters coordinate through the database's conditional updates.
 
-The lock file is named after the cluster's sentinel process, so it is new at every start:
-the holder deletes it when it stops cleanly, and a worker taking its own cluster's lock
-deletes the files of this host's clusters that died without cleaning up (no process holds
-their lock any more). Deleting is done under the lock, and a taker checks that the file it
-locked is still the one at that path, so a lock on a deleted file never counts.
+The lock files are named after the cluster's sentinel process, so they are new at every
+start: the holder deletes its file when it stops cleanly, and a worker taking a lock deletes
+the files of this host's clusters that died without cleaning up (no process holds their lock
+any more). Deleting is done under the lock, and a taker checks that the file it locked is
+still the one at that path, so a lock on a deleted file never counts.
 """
 
 from __future__ import annotations
@@ -29,13 +34,15 @@ from django_q.signals import post_spawn
 
 logger = logging.getLogger("serviceagent.engine")
 
+ROLES = ("engine", "events")
+
 keeper = None
 engine = None
-_lock_file = None
+_lock_files: dict[str, object] = {}
 
 
-def _lock_path() -> Path:
-    return settings.DATA_DIR / f"engine-{socket.gethostname()}-{os.getppid()}.lock"
+def _lock_path(role: str) -> Path:
+    return settings.DATA_DIR / f"{role}-{socket.gethostname()}-{os.getppid()}.lock"
 
 
 def _lock(path: Path):
@@ -57,8 +64,8 @@ def _still_linked(handle, path: Path) -> bool:
         return False
 
 
-def _remove_dead_cluster_locks(own: Path) -> None:
-    for path in own.parent.glob(f"engine-{socket.gethostname()}-*.lock"):
+def _remove_dead_cluster_locks(role: str, own: Path) -> None:
+    for path in own.parent.glob(f"{role}-{socket.gethostname()}-*.lock"):
         if path == own:
             continue
         handle = _lock(path)
@@ -71,36 +78,41 @@ def _remove_dead_cluster_locks(own: Path) -> None:
             handle.close()
 
 
-def _take_cluster_lock() -> bool:
-    global _lock_file
+def _take_cluster_lock(role: str) -> bool:
     settings.DATA_DIR.mkdir(parents=True, exist_ok=True)
-    path = _lock_path()
-    _remove_dead_cluster_locks(path)
+    path = _lock_path(role)
+    _remove_dead_cluster_locks(role, path)
     while True:
         handle = _lock(path)
         if handle is None:
             return False
         if _still_linked(handle, path):
-            _lock_file = handle
+            _lock_files[role] = handle
             return True
         # Deleted by its previous holder between our open and flock: lock the new file.
         handle.close()
 
 
-def _release_cluster_lock() -> None:
-    global _lock_file
-    if _lock_file is None:
-        return
-    # Delete before unlocking: whoever locks the old file afterwards sees it is gone.
-    Path(_lock_file.name).unlink(missing_ok=True)
-    _lock_file.close()
-    _lock_file = None
+def _release_cluster_locks() -> None:
+    for role in list(_lock_files):
+        handle = _lock_files.pop(role)
+        # Delete before unlocking: whoever locks the old file afterwards sees it is gone.
+        Path(handle.name).unlink(missing_ok=True)
+        handle.close()
+
+
+def _roles() -> tuple[bool, bool]:
+    """(timer home, events home) for this worker process: the locks it could take."""
+    timer = _take_cluster_lock("engine")
+    if timer and settings.Q_CLUSTER.get("workers", 1) > 1:
+        return True, False  # the events home is another worker's
+    return timer, _take_cluster_lock("events")
 
 
 def _shutdown() -> None:
     if engine is not None:
         engine.stop()
-        _release_cluster_lock()
+        _release_cluster_locks()
     if keeper is not None:
         keeper.close()
 
@@ -114,9 +126,13 @@ def on_worker_spawn(sender, proc_name: str, **kwargs) -> None:
     keeper = SessionKeeper()
     # multiprocessing children skip atexit; its finalizers run when a worker exits cleanly.
     multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)
-    if settings.ENGINE_ENABLED and _take_cluster_lock():
-        logger.info("this worker hosts the engine", extra={"workerProcess": proc_name, "pid": os.getpid()})
-        engine = Engine(keeper)
+    if settings.ENGINE_ENABLED:
+        timer, events = _roles()
+        logger.info(
+            "this worker runs an engine",
+            extra={"workerProcess": proc_name, "pid": os.getpid(), "timer": timer, "events": events},
+        )
+        engine = Engine(keeper, timer=timer, events=events)
         engine.start()
 
 
