@@ -5,18 +5,27 @@ or dead subscriber holds one thread per notification in flight, never the others
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
+from django.db import DatabaseError, close_old_connections
+
 from delivery.models import Notification
 from delivery.selectors import notifications_due_exist
 from delivery.senders import send
 from delivery.services import SendResult, notifications_claim, notifications_record, notifications_release
+
+logger = logging.getLogger("serviceagent.delivery")
+
+# Tries at recording one batch of results before its notifications are left to their lease.
+RECORD_TRIES = 3
 
 
 class Deliverer:
@@ -80,8 +89,7 @@ class Deliverer:
                 break
         if ready:
             try:
-                with self.write_guard():
-                    notifications_record(results=ready)
+                self._record(ready)
             finally:
                 # Whatever recording did, these tries are over: their threads are free again (an
                 # unrecorded try is sent again when its lease ends: at least once).
@@ -90,6 +98,22 @@ class Deliverer:
                     self.in_flight_by_subscription.subtract(n.subscription_id for n, _ in ready)
                     self.in_flight_by_subscription += Counter()  # drop the zeros
         return len(ready)
+
+    def _record(self, ready: list[tuple[Notification, SendResult]]) -> None:
+        """Record, trying again after a transient failure (a deadlock another cluster's
+        transaction broke, a busy database): an unrecorded try would be sent again only
+        after its lease."""
+        for attempt in range(RECORD_TRIES):
+            try:
+                with self.write_guard():
+                    notifications_record(results=ready)
+                return
+            except DatabaseError:
+                if attempt == RECORD_TRIES - 1:
+                    raise
+                logger.warning("recording %d delivery tries failed; trying again", len(ready), exc_info=True)
+                close_old_connections()
+                time.sleep(0.05 * (attempt + 1))
 
     def idle(self) -> bool:
         with self._lock:

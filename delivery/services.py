@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
+from core.db import update_many
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -380,6 +381,8 @@ def notifications_claim(
     )
     full = [sub for sub, n in in_flight.items() if per_subscription is not None and n >= per_subscription]
     with transaction.atomic():
+        # Keys first (a few candidates per place, for the per-subscription cap), whole rows only
+        # for the chosen: an envelope is decoded once per try, not once per look.
         due = list(
             Notification.objects.filter(
                 Q(locked_until__isnull=True) | Q(locked_until__lte=now),
@@ -388,22 +391,26 @@ def notifications_claim(
             )
             .exclude(subscription_id__in=full)
             .filter(~Exists(earlier_open))
-            .select_related("subscription")
             .select_for_update(skip_locked=True, of=("self",))
-            .order_by("next_attempt_at", "event_seq")[: limit * 4]
+            .order_by("next_attempt_at", "event_seq")
+            .values_list("pk", "subscription_id")[: limit * 4]
         )
-        claimed: list[Notification] = []
+        chosen: list[uuid.UUID] = []
         taken: dict[uuid.UUID, int] = {}
-        for notification in due:
-            sub = notification.subscription_id
+        for pk, sub in due:
             if per_subscription is not None and in_flight.get(sub, 0) + taken.get(sub, 0) >= per_subscription:
                 continue
             taken[sub] = taken.get(sub, 0) + 1
-            claimed.append(notification)
-            if len(claimed) == limit:
+            chosen.append(pk)
+            if len(chosen) == limit:
                 break
-        if claimed:
-            Notification.objects.filter(pk__in=[n.pk for n in claimed]).update(locked_until=now + LEASE)
+        if not chosen:
+            return []
+        Notification.objects.filter(pk__in=chosen).update(locked_until=now + LEASE)
+        claimed = list(Notification.objects.filter(pk__in=chosen).select_related("subscription"))
+    # In the order chosen (due first), which the loop hands to its threads.
+    order = {pk: i for i, pk in enumerate(chosen)}
+    claimed.sort(key=lambda n: order[n.pk])
     return claimed
 
 
@@ -450,6 +457,7 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
         existing = set(Notification.objects.filter(pk__in=[n.pk for n, _ in results]).values_list("pk", flat=True))
         results = [(n, result) for n, result in results if n.pk in existing]
         attempts = []
+        succeeded: list[tuple[Any, ...]] = []
         outcome_by_subscription: dict[uuid.UUID, list[SendResult]] = {}
         for notification, result in results:
             n = notification.attempts + 1
@@ -467,12 +475,10 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
                     error=result.error[:1000],
                 )
             )
-            changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
             if result.succeeded:
-                changes.update(
-                    state=Notification.State.SUCCEEDED, delivered_at=now, next_attempt_at=None, last_error=""
-                )
+                succeeded.append((n, now, Notification.State.SUCCEEDED, now, False, None, None, "", notification.pk))
             else:
+                changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
                 step = notification.step + 1
                 delay = retry_delay(step=step, retry_after=result.retry_after)
                 changes.update(step=step, last_error=result.error[:1000])
@@ -480,11 +486,29 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
                     changes.update(state=Notification.State.EXPIRED, next_attempt_at=None)
                 else:
                     changes.update(state=Notification.State.FAILED, next_attempt_at=now + timedelta(seconds=delay))
-            Notification.objects.filter(pk=notification.pk).update(**changes)
+                Notification.objects.filter(pk=notification.pk).update(**changes)
             outcome_by_subscription.setdefault(notification.subscription_id, []).append(result)
+        # The successes (nearly every try) in one statement run for each row.
+        update_many(
+            Notification,
+            set_fields=(
+                "attempts",
+                "updated_at",
+                "state",
+                "delivered_at",
+                "manual",
+                "locked_until",
+                "next_attempt_at",
+                "last_error",
+            ),
+            where_fields=("notification_id",),
+            rows=succeeded,
+        )
         DeliveryAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
-        for subscription_id, outcomes in outcome_by_subscription.items():
-            _subscription_note(subscription_id, outcomes, now)
+        # In key order: two delivery loops (clusters) recording at once lock the subscriptions
+        # they share in the same order, so they never deadlock on them.
+        for subscription_id in sorted(outcome_by_subscription):
+            _subscription_note(subscription_id, outcome_by_subscription[subscription_id], now)
 
 
 def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], now: datetime) -> None:
