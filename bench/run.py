@@ -199,25 +199,27 @@ class Run:
     @contextmanager
     def profiled(self, name: str, *clusters: Child) -> Iterator[None]:
         """CPU time of the agent's worker processes (of every cluster given) during one phase;
-        with --py-spy, the first cluster's engine process's stacks (collapsed, one line per
-        stack) in bench/results/."""
+        with --py-spy, the stacks of the first cluster's timer home and events home (collapsed,
+        one line per stack) in bench/results/."""
         pids = [pid for cluster in clusters for pid in group_pids(cluster.proc.pid)]
         cpu_before = cpu_seconds(pids)
-        profiler = None
+        profilers = []
         if self.args.py_spy:
-            pid = pid_holding(clusters[0].proc.pid, str(self.data_dir / "engine-"))
             py_spy = shutil.which("py-spy", path=str(Path(PYTHON).parent)) or shutil.which("py-spy")
-            if pid and py_spy:
-                out = ROOT / "bench" / "results" / f"{self.stamp}-{name}-engine.folded.txt"
-                out.parent.mkdir(exist_ok=True)
-                profiler = Profiler(pid, out, seconds=600, executable=py_spy)
-                self.results.setdefault("profiles", {})[name] = str(out.relative_to(ROOT))
-            else:
-                log(f"--py-spy: no profile for {name} (engine pid {pid}, py-spy {py_spy})")
+            # The timer home (engine lock) and the events home (events lock) of the first cluster.
+            for role in ("engine", "events"):
+                pid = pid_holding(clusters[0].proc.pid, str(self.data_dir / f"{role}-"))
+                if pid and py_spy:
+                    out = ROOT / "bench" / "results" / f"{self.stamp}-{name}-{role}.folded.txt"
+                    out.parent.mkdir(exist_ok=True)
+                    profilers.append(Profiler(pid, out, seconds=600, executable=py_spy))
+                    self.results.setdefault("profiles", {})[f"{name}-{role}"] = str(out.relative_to(ROOT))
+                else:
+                    log(f"--py-spy: no {role} profile for {name} (pid {pid}, py-spy {py_spy})")
         try:
             yield
         finally:
-            if profiler is not None:
+            for profiler in profilers:
                 profiler.stop()
             self.results["agent"].setdefault("cpu_seconds", {})[name] = cpu_seconds(pids) - cpu_before
 

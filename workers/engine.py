@@ -67,6 +67,9 @@ START_CHUNK = 100
 # that often (a read), and sooner when an attempt of this process finishes.
 BACKLOG_GRACE_SECONDS = 0.02
 BACKLOG_POLL_SECONDS = 0.02
+# ... and claims once this many of its pool's threads are free (or all of a smaller pool), so a
+# burst is started in chunks, not one write transaction per finished attempt.
+BACKLOG_MIN_CLAIM = 16
 # How often the schedules loop looks for schedules whose call made ahead came due, and how
 # long a schedule whose round failed is left aside.
 SCHEDULES_INTERVAL_SECONDS = 1.0
@@ -131,8 +134,9 @@ class Engine:
         self.hosts_timer = timer
         self.hosts_events = events
         self.concurrency = settings.EXECUTION_CONCURRENCY
-        # Set when an attempt finishes (the pool has room again) or the timer left due calls.
+        # Set when the pool has room for a claim again, or the timer left due calls.
         self._room = threading.Event()
+        self._min_claim = min(BACKLOG_MIN_CLAIM, self.concurrency)
         self.stop_event = threading.Event()
         self.recorder = RunRecorder(session_id=keeper.session_id)
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="attempt")
@@ -252,7 +256,7 @@ class Engine:
         while not self.stop_event.is_set():
             room = self.room()
             due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
-            if room > 0 and service_calls_overdue_exist(due_before=due_before):
+            if room >= self._min_claim and service_calls_overdue_exist(due_before=due_before):
                 started = time.monotonic()
                 with self.gate.slot():
                     attempts = start_and_claim_overdue(
@@ -293,7 +297,9 @@ class Engine:
         finally:
             with self._in_flight_lock:
                 self.in_flight -= 1
-            self._room.set()
+                room = self.concurrency - self.in_flight
+            if room == self._min_claim:  # just enough room for the backlog loop to claim
+                self._room.set()
         self.results.put((attempt, outcome))
 
     # -- recording outcomes in batches --------------------------------------------------------

@@ -59,6 +59,7 @@ class LoopRun(models.Model):
         RETENTION = "retention"
         SCHEDULES = "schedules"
         FLOW = "flow"
+        BACKLOG = "backlog"
 
     session = models.ForeignKey(WorkerSession, on_delete=models.CASCADE, related_name="runs")
     loop = models.CharField(max_length=16, choices=Loop.choices)
@@ -85,6 +86,7 @@ class LoopRun(models.Model):
                         "retention",
                         "schedules",
                         "flow",
+                        "backlog",
                     ]
                 ),
                 name="worker_loop_runs_loop_valid",
