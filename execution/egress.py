@@ -100,8 +100,10 @@ def refused_header(name: str) -> bool:
     return lowered in REFUSED_HEADERS or lowered.startswith("proxy-")
 
 
+@lru_cache(maxsize=4096)
 def classify(address: IPAddress) -> str | None:
-    """The name of the refused range `address` falls in, or None if it is public."""
+    """The name of the refused range `address` falls in, or None if it is public. Remembered:
+    a pure function of the address, and a public one is compared with every range."""
     if isinstance(address, ipaddress.IPv6Address):
         # An IPv4 address wrapped in IPv6 is judged as the IPv4 address it carries.
         embedded = address.ipv4_mapped or _ipv4_compatible(address)
@@ -161,9 +163,11 @@ def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(number << (8 * (4 - len(leading))) | last)
 
 
+@lru_cache(maxsize=4096)
 def parse_ip_literal(host: str) -> IPAddress | None:
     """The address `host` denotes if it is an IP literal in any form the resolver would
-    accept (dotted, shortened, octal, hex, decimal, IPv6 with or without brackets)."""
+    accept (dotted, shortened, octal, hex, decimal, IPv6 with or without brackets).
+    Remembered (pure; addresses are immutable)."""
     host = host.strip()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -189,8 +193,10 @@ def normalize_host(host: str) -> str:
     return host
 
 
+@lru_cache(maxsize=1024)
 def _client_url(url: str) -> str:
-    """`url` as requests will send it; raises ValueError."""
+    """`url` as requests will send it; raises ValueError. Remembered: a submission judges its
+    URL's host and path several times (validation, the egress check, flow control's host)."""
     from requests.exceptions import RequestException
     from requests.models import PreparedRequest
 
@@ -200,6 +206,20 @@ def _client_url(url: str) -> str:
         return prepared.url or ""
     except (RequestException, ValueError, UnicodeError):
         raise ValueError("the host is not a valid name or address") from None
+
+
+def client_url(url: str) -> str:
+    """`url` as the HTTP client sends it (`_client_url`, remembered), or, for a URL it cannot
+    send, the error requests itself raises (InvalidURL, MissingSchema: what an attempt reports)."""
+    try:
+        return _client_url(url)
+    except ValueError:
+        pass
+    from requests.models import PreparedRequest
+
+    prepared = PreparedRequest()
+    prepared.prepare_url(url, None)  # raises requests' own error
+    return prepared.url or ""
 
 
 def client_host(url: str) -> str:
@@ -214,12 +234,13 @@ def client_host(url: str) -> str:
 _DISGUISED_PATH = re.compile(r"%(2e|2f|5c|25)", re.IGNORECASE)
 
 
+@lru_cache(maxsize=1024)
 def client_path(*, url: str) -> str | None:
     """The path the HTTP client will send for `url`, or None when it is not plain: a dot
     segment, a backslash, or an escaped ".", "/", "\\" or "%", in the URL as written or as
     sent. Refused rather than normalised: requests removes dot segments and *then* decodes
     `%2e`, so `/mock/%2e%2e/admin/` goes out as `/mock/../admin/`, and what a server makes of
-    that is its own business (docs/security.md §2)."""
+    that is its own business (docs/security.md §2). Remembered (pure)."""
     try:
         written = urlsplit(url).path
         sent = urlsplit(_client_url(url)).path or "/"
@@ -321,9 +342,10 @@ class Target:
         return host if self.port == default_port(self.scheme) else f"{host}:{self.port}"
 
 
+@lru_cache(maxsize=1024)
 def host_header(*, url: str) -> str:
     """The Host header sent for `url`: the name from the URL, whatever address the
-    connection is pinned to. Raises ValueError."""
+    connection is pinned to. Raises ValueError. Remembered (pure)."""
     parts = urlsplit(url)
     port = parts.port or default_port(parts.scheme)
     return Target(scheme=parts.scheme, host=client_host(url), port=port, address="").host_header()

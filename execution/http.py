@@ -1,11 +1,18 @@
-"""One HTTP attempt with `requests`: no redirects, no proxies, bounded in time and size.
+"""One HTTP attempt on urllib3: no redirects, no proxies, bounded in time and size.
 
 Never call this inside a database transaction (docs/architecture.md); `perform` checks.
 
-Nothing but connections outlives an attempt: there is no `requests.Session` (its cookie jar,
-default headers and auth would carry one call's state into the next, of any tenant), only a
-per-thread adapter whose pools keep connections alive. An attempt sends exactly
-`wire_request`'s headers, which the attempt log records (docs/security.md §2).
+Nothing but connections outlives an attempt: there is no session (a `requests.Session`'s
+cookie jar, default headers and auth would carry one call's state into the next, of any
+tenant), only per-thread pools that keep connections alive (execution/transport.py). An
+attempt sends exactly `wire_request`'s headers, which the attempt log records
+(docs/security.md §2).
+
+The request is what `requests` would send (its URL preparation, header checks, body framing and
+URL credentials: `wire_request`), sent with urllib3 directly: requests' per-call machinery
+(PreparedRequest, adapter, Response, a cookie jar filled from every response) cost more than
+the rest of the attempt. Errors are raised as requests raised them, so `describe_error` and
+the retry-once rule (`may_send_again`) see the same exceptions.
 
 Bounds (docs/security.md): one deadline for the whole attempt (resolution, connect, headers
 and body: a server dripping a byte at a time cannot stretch it), at most
@@ -31,19 +38,41 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import urllib3.exceptions
 from django.conf import settings
 from django.db import connection
+from requests.auth import HTTPBasicAuth
+from requests.utils import check_header_validity, get_auth_from_url, to_native_string
+from urllib3.exceptions import (
+    ClosedPoolError,
+    ConnectTimeoutError,
+    DecodeError,
+    LocationValueError,
+    MaxRetryError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+    ResponseError,
+)
+from urllib3.exceptions import HTTPError as _HTTPError
+from urllib3.exceptions import InvalidHeader as _InvalidHeader
+from urllib3.exceptions import ProxyError as _ProxyError
+from urllib3.exceptions import SSLError as _SSLError
+from urllib3.response import HTTPResponse
+from urllib3.util import Retry
+from urllib3.util import Timeout as TimeoutSauce
 
 from core.secrets import REDACTED, is_secret_header, redact_headers
-from execution.egress import EgressDenied, EgressPolicy, host_header, refused_header
+from execution.egress import EgressDenied, EgressPolicy, Target, client_url, host_header, refused_header
 from execution.outcomes import ErrorKind, Outcome
 from execution.transport import (
-    PinnedAdapter,
+    PinnedPools,
     ResponseHeadersTooLarge,
     begin_attempt,
+    checked_target,
     end_attempt,
     last_progress,
     may_send_again,
@@ -71,16 +100,19 @@ USER_AGENT = "ServiceAgent/1.0"
 
 _local = threading.local()
 
+# urllib3 retries nothing (a read error is raised as it is), and a connect error is raised
+# wrapped in MaxRetryError: as requests' adapter configured it (max_retries=0).
+_NO_RETRIES = Retry(0, read=False)
 
-def _adapter() -> PinnedAdapter:
-    """This thread's adapter: its pools keep connections alive, and nothing else. Requests go
-    straight to it, not through a Session, so no environment (proxy variables, .netrc), no
-    redirect handling (requests would read a whole redirect body, uncapped, to look at it)
-    and no cookie jar is ever involved."""
-    adapter = getattr(_local, "adapter", None)
-    if adapter is None:
-        adapter = _local.adapter = PinnedAdapter(pool_connections=8, pool_maxsize=8, max_retries=0)
-    return adapter
+
+def _pools() -> PinnedPools:
+    """This thread's pools: they keep connections alive, and nothing else. No environment
+    (proxy variables, .netrc), no redirect handling (requests would read a whole redirect
+    body, uncapped, to look at it) and no cookie jar is ever involved."""
+    pools = getattr(_local, "pools", None)
+    if pools is None:
+        pools = _local.pools = PinnedPools()
+    return pools
 
 
 def encode_body(body: Any, headers: dict[str, str]) -> tuple[bytes | None, dict[str, str]]:
@@ -94,34 +126,99 @@ def encode_body(body: Any, headers: dict[str, str]) -> tuple[bytes | None, dict[
     return json.dumps(body, separators=(",", ":")).encode(), headers
 
 
-def wire_request(*, request: HttpRequest) -> requests.PreparedRequest:
-    """The request as it goes on the wire. Its headers are the caller's plus those the agent
-    adds (docs/security.md §2): User-Agent and Accept-Encoding: identity unless given,
-    Content-Type for a JSON body unless given, Content-Length when there is a body (0 for a
-    bodiless POST, PUT, PATCH or DELETE), Host, and the request's `agent_headers`. urllib3 and http.client add a header only
-    when it is missing, so they add none. Raises ValueError for a URL that cannot be sent."""
+@dataclass(frozen=True)
+class Wire:
+    """One request as it goes on the wire."""
+
+    method: str
+    url: str  # as the client sends it (egress.client_url)
+    target: str  # the request target: the URL's path ("/" when empty) and query
+    headers: dict[str, str]  # in the order sent, each name spelled as its last setter did
+    body: bytes | None
+    chunked: bool  # a body without Content-Length (never, as the headers are made here)
+
+
+def wire_request(*, request: HttpRequest) -> Wire:
+    """The request as it goes on the wire: exactly what requests prepared for it before (its URL
+    preparation, header checks, body framing and URL credentials), without its machinery. Its
+    headers are the caller's plus those the agent adds (docs/security.md §2): User-Agent and
+    Accept-Encoding: identity unless given, Content-Type for a JSON body unless given,
+    Content-Length when there is a body (0 for a bodiless POST, PUT, PATCH or DELETE), Host,
+    and the request's `agent_headers`. urllib3 and http.client add a header only when it is
+    missing, so they add none. Raises ValueError (requests' InvalidURL, MissingSchema or
+    InvalidHeader) for a request that cannot be sent."""
     body, headers = encode_body(request.body, dict(request.headers))
-    prepared = requests.PreparedRequest()
-    # Later keys win case-insensitively: a caller's own User-Agent replaces the agent's.
-    prepared.prepare(
-        method=request.method,
-        url=request.url,
-        headers={"User-Agent": USER_AGENT, **headers, **request.agent_headers},
-        data=body,
-    )
-    prepared.headers.setdefault("Accept-Encoding", "identity")  # what http.client sends unasked
+    method = to_native_string(request.method.upper())
+    url = client_url(request.url)
+    # Later keys win case-insensitively, at the first one's place, under the later one's
+    # spelling (requests' CaseInsensitiveDict): a caller's own User-Agent replaces the agent's.
+    wire: dict[str, tuple[str, str]] = {}
+    for header in {"User-Agent": USER_AGENT, **headers, **request.agent_headers}.items():
+        check_header_validity(header)
+        name = to_native_string(header[0])
+        wire[name.lower()] = (name, header[1])
+    if not body:
+        body = None  # requests sends an empty body as none
+    if body is not None:
+        wire["content-length"] = ("Content-Length", str(len(body)))
+    elif method not in ("GET", "HEAD") and "content-length" not in wire:
+        wire["content-length"] = ("Content-Length", "0")
+    if "@" in url:  # credentials in the URL (refused at submission): requests sent them as Basic auth
+        credentials = get_auth_from_url(url)
+        if any(credentials):
+            applied = HTTPBasicAuth(*credentials)(_HeaderHolder())
+            wire["authorization"] = ("Authorization", applied.headers["Authorization"])
+    if "accept-encoding" not in wire:
+        wire["accept-encoding"] = ("Accept-Encoding", "identity")  # what http.client sends unasked
     try:
-        prepared.headers["Host"] = host_header(url=prepared.url or "")
+        wire["host"] = ("Host", host_header(url=url))
     except ValueError:
         raise requests.exceptions.InvalidURL("the host is not a valid name or address") from None
-    return prepared
+    parts = urlsplit(url)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Wire(
+        method=method,
+        url=url,
+        target=target,
+        headers=dict(wire.values()),
+        body=body,
+        chunked=body is not None and "content-length" not in wire,
+    )
+
+
+def _wire_for(request: HttpRequest) -> Wire:
+    """`wire_request(request)`, made once per request object: the attempt log's headers
+    (sent_headers, written before the request leaves) and the attempt then share one Wire, so
+    the body is encoded once and what is logged is what is sent by construction. An
+    HttpRequest is frozen; the product never changes its dicts after building it."""
+    wire = request.__dict__.get("_wire")
+    if wire is None:
+        wire = wire_request(request=request)
+        object.__setattr__(request, "_wire", wire)
+    return wire
+
+
+class _HeaderHolder:
+    """What requests' HTTPBasicAuth sets its header on."""
+
+    def __init__(self) -> None:
+        self.headers: dict[str, str] = {}
+
+
+def sent_body(*, request: HttpRequest) -> bytes | None:
+    """The body `perform` sends for `request` (encoded once, with its headers: `_wire_for`), for
+    the attempt log; for a request that cannot be sent, its encoding all the same."""
+    try:
+        return _wire_for(request).body
+    except ValueError:
+        return encode_body(request.body, dict(request.headers))[0]
 
 
 def sent_headers(*, request: HttpRequest) -> dict[str, str]:
     """The headers `perform` sends for `request`, for the attempt log written before it goes
     out. For a URL that cannot be sent nothing goes out: the caller's headers are shown."""
     try:
-        return dict(wire_request(request=request).headers)
+        return dict(_wire_for(request).headers)
     except ValueError:
         return encode_body(request.body, dict(request.headers))[1]
 
@@ -130,7 +227,13 @@ def sent_headers(*, request: HttpRequest) -> dict[str, str]:
 
 
 class _DeadlineWatch:
-    """One thread for every attempt's deadline (a heap), instead of a timer thread each."""
+    """One thread for every attempt's deadline (a heap), instead of a timer thread each.
+
+    The thread is woken only when a new deadline comes before every other one: it always
+    sleeps until the earliest entry at most, so a later deadline needs no wake-up (attempts
+    with equal timeouts arm deadlines in increasing order, and would otherwise wake it, a
+    thread switch, on every attempt). Cancelled entries stay in the heap until they reach its
+    top, or until they outnumber the live ones (then the heap is rebuilt)."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int]] = []
@@ -147,12 +250,16 @@ class _DeadlineWatch:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="attempt-deadlines", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0][1] == handle:  # earlier than every other deadline
+                self._cond.notify()
             return handle
 
     def cancel(self, handle: int) -> None:
         with self._cond:
             self._callbacks.pop(handle, None)
+            if len(self._heap) > 64 + 2 * len(self._callbacks):
+                self._heap = [entry for entry in self._heap if entry[1] in self._callbacks]
+                heapq.heapify(self._heap)
 
     def _run(self) -> None:
         while True:
@@ -218,11 +325,12 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
 
     handle = _deadlines.arm(deadline, on_deadline)
     response = None
+    consumed = False  # the whole body was read: the connection goes back to the pool
     try:
-        response = _send(wire_request(request=request), deadline=deadline, expired=expired)
+        response = _send(_wire_for(request), deadline=deadline, expired=expired)
         if expired.is_set():  # the headers may have been cut short by the deadline
             raise _DeadlineExceeded
-        snippet_bytes, truncated = _read_capped(response, deadline, expired)
+        snippet_bytes, truncated, consumed = _read_capped(response, deadline, expired)
     except EgressDenied as exc:
         return failure(ErrorKind.EGRESS_DENIED, str(exc))
     except _DeadlineExceeded:
@@ -235,7 +343,10 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     finally:
         _deadlines.cancel(handle)
         if response is not None:
-            response.close()
+            # As requests' Response.close(): a body not read to its end closes the connection.
+            if not consumed:
+                response.close()
+            response.release_conn()
         sockets.clear()
         end_attempt()
 
@@ -243,11 +354,16 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     # the outcome: known secret values are scrubbed from the snippet and header values, and
     # secret response headers (Set-Cookie, ...) are redacted before anything stores them.
     snippet = _scrub(snippet_bytes.decode("utf-8", errors="replace"), secrets)
+    # One entry per name, in the order first seen, repeated fields joined with ", " (as
+    # requests' Response.headers showed them).
+    received = response.headers
     headers_out = {
         _scrub(name, secrets): _scrub(value, secrets)
-        for name, value in redact_headers(dict(list(response.headers.items())[: settings.RESPONSE_MAX_HEADERS])).items()
+        for name, value in redact_headers(
+            {name: received[name] for name in itertools.islice(received, settings.RESPONSE_MAX_HEADERS)}
+        ).items()
     }
-    status = response.status_code
+    status = response.status
     if 200 <= status < 300:
         return Outcome(
             succeeded=True,
@@ -269,25 +385,69 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     )
 
 
-def _send(prepared: requests.PreparedRequest, *, deadline: float, expired: threading.Event) -> requests.Response:
-    """Send the request; once more, on a new connection and within the same deadline, when a
-    kept-alive connection failed before the target can have acted on it (may_send_again:
-    the server closed it idle just as the request arrived, docs/security.md §3)."""
+def _send(wire: Wire, *, deadline: float, expired: threading.Event) -> HTTPResponse:
+    """Resolve and check the target once, then send the request; once more, on a new
+    connection to the same checked address and within the same deadline, when a kept-alive
+    connection failed before the target can have acted on it (may_send_again: the server
+    closed it idle just as the request arrived, docs/security.md §3)."""
+    target = checked_target(wire.url)
     try:
-        return _adapter().send(prepared, stream=True, timeout=_time_left(deadline))
+        return _urlopen(target, wire, deadline)
     except requests.exceptions.ConnectionError as exc:
         closed = _peer_closed(exc)
-        if expired.is_set() or not may_send_again(
-            method=prepared.method or "", progress=last_progress(), peer_closed=closed
-        ):
+        if expired.is_set() or not may_send_again(method=wire.method, progress=last_progress(), peer_closed=closed):
             raise
     with new_connections_only():
-        return _adapter().send(prepared, stream=True, timeout=_time_left(deadline))
+        return _urlopen(target, wire, deadline)
 
 
-def _time_left(deadline: float) -> tuple[float, float]:
+def _urlopen(target: Target, wire: Wire, deadline: float) -> HTTPResponse:
+    """One send on this thread's pool for the checked address; the response's body is left
+    unread. urllib3's errors are raised as requests' adapter raised them (describe_error and
+    _peer_closed read these)."""
+    try:
+        pool = _pools().pool_for(target)
+    except LocationValueError as e:
+        raise requests.exceptions.InvalidURL(e) from e
     left = max(deadline - time.monotonic(), 0.001)
-    return left, left
+    try:
+        return pool.urlopen(
+            method=wire.method,
+            url=wire.target,
+            body=wire.body,
+            headers=wire.headers,
+            redirect=False,
+            assert_same_host=False,
+            preload_content=False,
+            decode_content=False,
+            retries=_NO_RETRIES,
+            timeout=TimeoutSauce(connect=left, read=left),
+            chunked=wire.chunked,
+        )
+    except (ProtocolError, OSError) as err:
+        raise requests.exceptions.ConnectionError(err) from err
+    except MaxRetryError as e:
+        if isinstance(e.reason, ConnectTimeoutError) and not isinstance(e.reason, NewConnectionError):
+            raise requests.exceptions.ConnectTimeout(e) from e
+        if isinstance(e.reason, ResponseError):
+            raise requests.exceptions.RetryError(e) from e
+        if isinstance(e.reason, _ProxyError):
+            raise requests.exceptions.ProxyError(e) from e
+        if isinstance(e.reason, _SSLError):
+            raise requests.exceptions.SSLError(e) from e
+        raise requests.exceptions.ConnectionError(e) from e
+    except ClosedPoolError as e:
+        raise requests.exceptions.ConnectionError(e) from e
+    except _ProxyError as e:
+        raise requests.exceptions.ProxyError(e) from e
+    except (_SSLError, _HTTPError) as e:
+        if isinstance(e, _SSLError):
+            raise requests.exceptions.SSLError(e) from e
+        if isinstance(e, ReadTimeoutError):
+            raise requests.exceptions.ReadTimeout(e) from e
+        if isinstance(e, _InvalidHeader):
+            raise requests.exceptions.InvalidHeader(e) from e
+        raise
 
 
 def _peer_closed(exc: BaseException) -> bool:
@@ -299,25 +459,40 @@ def _peer_closed(exc: BaseException) -> bool:
     return any(isinstance(c, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) for c in causes)
 
 
-def _read_capped(response: requests.Response, deadline: float, expired: threading.Event) -> tuple[bytes, bool]:
+def _read_capped(response: HTTPResponse, deadline: float, expired: threading.Event) -> tuple[bytes, bool, bool]:
     """Read the body, after decompression, up to RESPONSE_BODY_MAX_BYTES and within the
     whole-attempt deadline. Only the snippet is kept: memory stays one chunk plus the
-    snippet, whatever the cap. Returns (snippet, truncated)."""
+    snippet, whatever the cap. Returns (snippet, truncated, read to its end)."""
     cap = settings.RESPONSE_BODY_MAX_BYTES
     keep = settings.RESPONSE_BODY_SNIPPET_BYTES
     snippet = bytearray()
     size = 0
-    for chunk in response.iter_content(chunk_size=16384):
+    for chunk in _body_chunks(response):
         if expired.is_set() or time.monotonic() > deadline:
             raise _DeadlineExceeded
         if len(snippet) < keep:
             snippet += chunk[: keep - len(snippet)]
         size += len(chunk)
         if size > cap:
-            return bytes(snippet), True  # the rest is never read
+            return bytes(snippet), True, False  # the rest is never read
     if expired.is_set():
         raise _DeadlineExceeded
-    return bytes(snippet), size > keep
+    return bytes(snippet), size > keep, True
+
+
+def _body_chunks(response: HTTPResponse) -> Iterator[bytes]:
+    """The body in decompressed chunks of 16 KiB at most, urllib3's errors raised as requests'
+    Response.iter_content raised them."""
+    try:
+        yield from response.stream(16384, decode_content=True)
+    except ProtocolError as e:
+        raise requests.exceptions.ChunkedEncodingError(e) from e
+    except DecodeError as e:
+        raise requests.exceptions.ContentDecodingError(e) from e
+    except ReadTimeoutError as e:
+        raise requests.exceptions.ConnectionError(e) from e
+    except _SSLError as e:
+        raise requests.exceptions.SSLError(e) from e
 
 
 # --- Short, human error messages ----------------------------------------------------------

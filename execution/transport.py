@@ -1,6 +1,10 @@
 """The connections attempts use: pinned to the address the egress policy checked, with bounded
 response headers, and kept alive between attempts without carrying anything else over.
 
+urllib3 is used directly (execution/http.py): each thread keeps a PoolManager whose pools are
+keyed by the checked address, never by a name, so urllib3 resolves nothing, reads no proxy
+variable and no .netrc, and has no cookie jar.
+
 A kept-alive connection has one known weakness: the server may close it (its idle timeout)
 while a request is on its way. So a pooled connection idle longer than
 POOLED_CONNECTION_MAX_IDLE_SECONDS is not reused, and the pool records what each request put on
@@ -11,24 +15,32 @@ the wire, for `may_send_again` to tell whether a request that failed may go once
 from __future__ import annotations
 
 import http.client
+import os
+import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from django.conf import settings
-from requests.adapters import HTTPAdapter
+from requests.utils import DEFAULT_CA_BUNDLE_PATH
+from urllib3 import PoolManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import LocationValueError
 
-from execution.egress import EgressDenied, EgressPolicy, Resolver
+from execution.egress import EgressPolicy, Resolver, Target
 
 # Below the keep-alive timeout of common servers (gunicorn 2 s, the shortest; Apache and
 # Node.js 5 s; nginx 75 s), with room for a close that is already on its way: a connection
 # idle longer than this is closed and a new one opened, instead of racing the server's close.
 POOLED_CONNECTION_MAX_IDLE_SECONDS = 1.0
+
+# A request body up to this size goes out in the same send() as the request head: one system
+# call (and one segment on the wire) instead of two. Larger bodies follow the head as before.
+COALESCED_BODY_MAX_BYTES = 64 * 1024
 
 # RFC 9110 §9.2.2: a client may send these again after a connection failure.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -121,6 +133,54 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+class _LookupThreads:
+    """Threads that run name lookups, kept for reuse: handing a lookup to an idle thread costs
+    a fraction of starting one. A lookup never waits for a thread: when none is idle (they are
+    all busy, or held by hung lookups an attempt has abandoned), a new one starts. A thread
+    idle for IDLE_SECONDS ends."""
+
+    IDLE_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)  # threads do not survive a fork
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        # Threads waiting for work = idle + lookups queued (each queued one took an idle thread).
+        self._idle = 0
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def run(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+        threading.Thread(target=self._work, args=(job,), name="egress-resolve", daemon=True).start()
+
+    def _work(self, job: Callable[[], None]) -> None:
+        jobs = self._jobs
+        while True:
+            job()
+            job = None  # type: ignore[assignment]  # drop its references while idle
+            with self._lock:
+                if jobs is not self._jobs:  # forked: this is a stale thread object's loop
+                    return
+                self._idle += 1
+            while job is None:
+                try:
+                    job = jobs.get(timeout=self.IDLE_SECONDS)
+                except queue.Empty:
+                    with self._lock:
+                        if self._idle:  # no lookup is queued for this thread: it may end
+                            self._idle -= 1
+                            return
+
+
+_lookup_threads = _LookupThreads()
+
+
 def _within_deadline(resolver: Resolver) -> Resolver:
     """The resolver, abandoned (not awaited) when the attempt's deadline passes first: the C
     resolver cannot be interrupted, and a hung lookup must cost one attempt, not a worker
@@ -131,17 +191,18 @@ def _within_deadline(resolver: Resolver) -> Resolver:
 
     def bounded(host: str, port: int) -> list[str]:
         outcome: dict[str, object] = {}
-        done = threading.Event()
+        done = threading.Lock()  # held until the lookup ends (cheaper than an Event)
+        done.acquire()
 
         def lookup() -> None:
             try:
                 outcome["addresses"] = resolver(host, port)
             except BaseException as exc:  # handed to the waiting thread
                 outcome["error"] = exc
-            done.set()
+            done.release()
 
-        threading.Thread(target=lookup, name="egress-resolve", daemon=True).start()
-        if not done.wait(max(0.0, deadline - time.monotonic())):
+        _lookup_threads.run(lookup)
+        if not done.acquire(timeout=max(0.0, deadline - time.monotonic())):
             raise ResolveTimeout(f"{host} did not resolve in time")
         if "error" in outcome:
             raise outcome["error"]  # type: ignore[misc]
@@ -210,16 +271,40 @@ def _max_header_bytes() -> int:
 
 
 class _TrackedConnectionMixin:
-    """Registers its socket with the attempt and counts the request bytes it writes."""
+    """Registers its socket with the attempt and counts the request bytes it writes. A small
+    body with its Content-Length given goes out with the request head, in one send()."""
 
     response_class = _BoundedHTTPResponse
     sock: socket.socket | None
+    _body_tail: bytes | None = None
 
     def connect(self) -> None:
         super().connect()  # type: ignore[misc]
         _register(self.sock)
 
+    def request(self, method, url, body=None, headers=None, **kwargs) -> None:
+        if (
+            isinstance(body, bytes)
+            and 0 < len(body) <= COALESCED_BODY_MAX_BYTES
+            and not kwargs.get("chunked")
+            and headers is not None
+            and any(name.lower() == "content-length" for name in headers)
+        ):
+            # urllib3 frames nothing itself when Content-Length is given, so without a body
+            # it sends exactly the head, in one send(): the body is appended to it there.
+            self._body_tail = body
+            try:
+                super().request(method, url, body=None, headers=headers, **kwargs)  # type: ignore[misc]
+            finally:
+                self._body_tail = None
+            return
+        super().request(method, url, body=body, headers=headers, **kwargs)  # type: ignore[misc]
+
     def send(self, data) -> None:
+        tail = self._body_tail
+        if tail is not None:
+            self._body_tail = None
+            data = bytes(data) + tail
         progress = _progress()
         if not isinstance(data, bytes | bytearray | memoryview):
             progress.request_bytes += 1  # a readable or iterable body: counted as written
@@ -268,28 +353,50 @@ class _PinnedHTTPSPool(_TrackingPoolMixin, HTTPSConnectionPool):
     ConnectionCls = _TrackedHTTPSConnection
 
 
-class PinnedAdapter(HTTPAdapter):
-    """A requests adapter that checks the egress policy and connects to the checked address.
-    Proxies are never used: the pool is always the target's own."""
+def checked_target(url: str) -> Target:
+    """Resolve `url`'s host once, under this attempt's policy (None: from settings) and within
+    its deadline, and check every address: the Target to connect to. Raises EgressDenied, or
+    what the lookup raises (socket.gaierror, ResolveTimeout)."""
+    policy = getattr(_wire, "policy", None) or EgressPolicy.from_settings()
+    return policy.resolve(url, lookup=_within_deadline(policy.resolver or system_resolver))
 
-    def init_poolmanager(self, *args, **kwargs) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
 
-    def proxy_manager_for(self, proxy, **proxy_kwargs):
-        raise EgressDenied("proxies are not used for egress")
+class PinnedPools:
+    """One thread's connection pools (a urllib3 PoolManager of at most 8 pools of 8 kept-alive
+    connections), keyed by the checked address. Proxies are never used: the pool is always
+    the target's own."""
 
-    def get_connection_with_tls_context(self, request, verify, proxies=None, cert=None):
-        policy = getattr(_wire, "policy", None) or EgressPolicy.from_settings()
-        target = policy.resolve(request.url, lookup=_within_deadline(policy.resolver or system_resolver))
-        request.headers["Host"] = target.host_header()
-        pool_kwargs: dict[str, object] = {}
-        if target.scheme == "https":
-            _, pool_kwargs = self.build_connection_pool_key_attributes(request, verify, cert)
-            pool_kwargs = dict(pool_kwargs)
-            # TLS is verified against the name in the URL, not the pinned address.
-            pool_kwargs["server_hostname"] = target.host
-            pool_kwargs["assert_hostname"] = target.host
-        return self.poolmanager.connection_from_host(
-            target.address, port=target.port, scheme=target.scheme, pool_kwargs=pool_kwargs
-        )
+    def __init__(self) -> None:
+        self.manager = PoolManager(num_pools=8, maxsize=8, block=False)
+        self.manager.pool_classes_by_scheme = {"http": _PinnedHTTPPool, "https": _PinnedHTTPSPool}
+        # Per target, the manager's pool key and context, as its connection_from_host builds
+        # them: building a key (a 30-field tuple) cost more than finding the pool with it.
+        self._keys: dict[tuple[str, str, int, str], tuple[object, dict[str, object]]] = {}
+
+    def pool_for(self, target: Target) -> HTTPConnectionPool:
+        if target.scheme == "https" and not os.path.exists(DEFAULT_CA_BUNDLE_PATH):
+            raise OSError(
+                f"Could not find a suitable TLS CA certificate bundle, invalid path: {DEFAULT_CA_BUNDLE_PATH}"
+            )
+        ident = (target.scheme, target.address, target.port, target.host)
+        known = self._keys.get(ident)
+        if known is None:
+            if not target.address:
+                raise LocationValueError("No host specified.")
+            context: dict[str, object] = dict(self.manager.connection_pool_kw)
+            if target.scheme == "https":
+                # Verified against requests' CA bundle (certifi), as before, and against the
+                # name in the URL, not the pinned address.
+                context.update(
+                    cert_reqs="CERT_REQUIRED",
+                    ca_certs=DEFAULT_CA_BUNDLE_PATH,
+                    server_hostname=target.host,
+                    assert_hostname=target.host,
+                )
+            context.update(scheme=target.scheme, port=target.port, host=target.address)
+            if len(self._keys) >= 64:
+                self._keys.clear()
+            known = self._keys[ident] = (self.manager.key_fn_by_scheme[target.scheme](context), context)
+        pool_key, context = known
+        # The manager keeps its most recently used pools (and closes the one it drops) as ever.
+        return self.manager.connection_from_pool_key(pool_key, request_context=dict(context))
