@@ -29,10 +29,16 @@ class SecretUnavailable(RuntimeError):
 
 
 def is_secret_header(name: str) -> bool:
+    return _is_secret_header(name, tuple(settings.SECRET_HEADER_PATTERNS))
+
+
+@lru_cache(maxsize=1024)
+def _is_secret_header(name: str, patterns: tuple[str, ...]) -> bool:
+    """Remembered per header name and pattern list (every attempt asks for each of its headers)."""
     lowered = name.strip().lower()
     if lowered in _EXACT:
         return True
-    return any(pattern.strip().lower() in lowered for pattern in settings.SECRET_HEADER_PATTERNS if pattern.strip())
+    return any(pattern.strip().lower() in lowered for pattern in patterns if pattern.strip())
 
 
 def derived_key(secret_key: str) -> bytes:

@@ -15,7 +15,7 @@ from django.db import transaction
 from core.db import update_many
 from core.ids import new_id, utcnow
 from core.secrets import redact_headers
-from execution.http import HttpRequest, encode_body, sent_headers
+from execution.http import HttpRequest, sent_body, sent_headers
 from execution.models import HttpExecution
 from execution.outcomes import ErrorKind, Outcome
 
@@ -54,7 +54,7 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
     now = utcnow()
     rows = []
     for order in orders:
-        body, _ = encode_body(order.request.body, dict(order.request.headers))
+        body = sent_body(request=order.request)  # encoded once: the same bytes the attempt sends
         rows.append(
             HttpExecution(
                 execution_id=new_id(),
