@@ -236,7 +236,7 @@ class Engine:
         first = 0
         while first < len(keys):
             room = self.room()
-            if room < min(len(keys) - first, START_CHUNK // 4):
+            if room < min(len(keys) - first, self._min_claim):
                 self._room.set()  # this process's backlog loop takes over when room frees
                 return
             chunk = keys[first : first + min(START_CHUNK, room)]

@@ -1,0 +1,93 @@
+"""Every worker process executes attempts (docs/architecture.md, "Every worker process
+executes"): a burst larger than one pool is shared by the cluster's workers, each call once."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from core.ids import utcnow
+from execution.models import HttpExecution
+from orchestration.models import ServiceCall
+from orchestration.services import service_calls_start_overdue
+from tests.support.factories import make_call
+from tests.support.waiting import wait_for
+from tests.workers.cluster import Cluster
+from timer.selectors import DueTimer
+from workers.models import LoopRun, WorkerSession
+
+
+@pytest.mark.workers
+@pytest.mark.django_db(transaction=True)
+def test_a_burst_is_executed_by_both_worker_processes_each_call_once(world, http_target, tmp_path):
+    # Pools of 2 threads and calls that take 300 ms: the timer home alone would need 6 s.
+    c = Cluster(tmp_path, EXECUTION_CONCURRENCY="2").start()
+    try:
+        wait_for(lambda: WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).count() >= 2, timeout=10)
+        calls = [make_call(name=f"burst-{n}", url=http_target.url("/delay/300"), due_in=2) for n in range(40)]
+        wait_for(
+            lambda: ServiceCall.objects.filter(pk__in=[call.pk for call in calls], status="Succeeded").count() == 40,
+            timeout=30,
+        )
+        # The lock files of both roles, held by two different worker processes.
+        assert len(list(tmp_path.glob("engine-*.lock"))) == 1
+        assert len(list(tmp_path.glob("events-*.lock"))) == 1
+    finally:
+        c.stop()
+    assert http_target.count("/delay/300") == 40  # each call sent once
+    assert set(ServiceCall.objects.filter(pk__in=[call.pk for call in calls]).values_list("attempts", flat=True)) == {1}
+    executed_by = set(
+        HttpExecution.objects.filter(service_call_id__in=[call.pk for call in calls]).values_list(
+            "worker_id", flat=True
+        )
+    )
+    assert len(executed_by) == 2, executed_by  # both worker processes' sessions
+    # The timer home and the events home are different processes.
+    timer_home = set(LoopRun.objects.filter(loop="timer").values_list("session_id", flat=True))
+    events_home = set(LoopRun.objects.filter(loop="dispatch").values_list("session_id", flat=True))
+    assert timer_home and events_home and not timer_home & events_home
+
+
+def test_the_backlog_starts_due_unheld_calls_oldest_first_within_its_limit(db, world):
+    now = utcnow()
+    oldest = make_call(name="oldest", due_at=now - timedelta(seconds=3))
+    older = make_call(name="older", due_at=now - timedelta(seconds=2))
+    recent = make_call(name="recent", due_at=now - timedelta(seconds=1))
+    make_call(name="future", due_in=60)
+    held = make_call(name="held", due_at=now - timedelta(seconds=5))
+    ServiceCall.objects.filter(pk=held.pk).update(held_since=now, held_queue="q")
+
+    started = service_calls_start_overdue(due_before=utcnow(), limit=2)
+    assert [call.service_call_id for call in started] == [oldest.pk, older.pk]
+    started = service_calls_start_overdue(due_before=utcnow(), limit=10)
+    assert [call.service_call_id for call in started] == [recent.pk]
+    assert service_calls_start_overdue(due_before=utcnow(), limit=10) == []
+    statuses = dict(ServiceCall.objects.values_list("name", "status"))
+    assert statuses == {
+        "oldest": "Running",
+        "older": "Running",
+        "recent": "Running",
+        "future": "Scheduled",
+        "held": "Scheduled",
+    }
+
+
+def test_the_timer_starts_no_more_calls_than_its_pool_has_room_for(transactional_db, world, http_target):
+    """A claimed attempt leaves at once: one queued behind a full pool would be Interrupted, not
+    resent, if the process died. The rest stays Scheduled and due, for any backlog loop."""
+    from workers.engine import Engine
+    from workers.keeper import SessionKeeper
+
+    calls = [make_call(name=f"c{n}", url=http_target.url("/delay/500")) for n in range(6)]
+    keeper = SessionKeeper()
+    with override_settings(EXECUTION_CONCURRENCY=2):
+        engine = Engine(keeper)
+    try:
+        engine.on_due([DueTimer(n, c.tenant_id, c.pk, c.due_at, c.correlation_id) for n, c in enumerate(calls)])
+        assert ServiceCall.objects.filter(status="Running").count() == 2
+        assert ServiceCall.objects.filter(status="Scheduled").count() == 4
+        assert engine.room() == 0
+    finally:
+        engine.stop(drain_seconds=5)
+        keeper.close()
+    assert not HttpExecution.objects.filter(state=HttpExecution.State.SENDING).exists()
