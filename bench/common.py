@@ -33,6 +33,9 @@ def agent_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env.pop("DATABASE_URL", None)
     env.update(
         {
+            # Production settings whatever the caller's shell says: DEBUG keeps every query in
+            # memory and wraps every cursor, which would be measured too.
+            "DEBUG": "false",
             "DJANGO_SETTINGS_MODULE": "eventservice.settings",
             "DATA_DIR": str(data_dir),
             "EGRESS_ALLOWLIST": "127.0.0.0/8",
