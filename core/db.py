@@ -1,16 +1,21 @@
-"""A batched UPDATE for hot paths: one prepared statement, many rows (executemany).
+"""Batched writes for hot paths: an UPDATE of many rows (executemany), and an INSERT of a few
+model instances whose statement is built once per process.
 
 The ORM compiles one UPDATE per row (or a CASE per field per row with bulk_update), which
-costs more CPU than the database work when a worker records a hundred outcomes at once.
+costs more CPU than the database work when a worker records a hundred outcomes at once; and it
+compiles every INSERT again, which costs a submission more than the database's own work.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
-from django.db.models import Model
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.models import AutoField, Field, Model
+from django.db.models.fields import AutoFieldMixin
 
 
 def update_many(
@@ -44,4 +49,160 @@ def update_many(
         [f.get_db_prep_save(v, connection) for f, v in zip(fields, row, strict=True)] + extra_values for row in rows
     ]
     with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+# INSERT statements by model, row count, columns and database vendor: (sql, fields), or None
+# where bulk_create does the work.
+_INSERTS: dict[tuple[Any, ...], tuple[str, list[Field]] | None] = {}
+_INSERTS_LOCK = threading.Lock()
+# Larger batches go through bulk_create: its compilation is spread over many rows anyway.
+INSERT_MAX_ROWS = 32
+
+
+@dataclass(frozen=True)
+class PreparedInsert:
+    """One INSERT with its statement and values ready (`insert_prepare`, `insert_rows_prepare`):
+    made before a transaction, run inside it, so the transaction holds the write lock only to
+    write."""
+
+    sql: str | None  # None: bulk_create writes `objs`
+    params: list[Any]
+    objs: Sequence[Model] = ()
+    returning_pk: bool = False
+
+    def run(self) -> None:
+        conn = connections[DEFAULT_DB_ALIAS]
+        if self.sql is None:
+            if self.objs:
+                type(self.objs[0])._base_manager.bulk_create(self.objs)
+            return
+        with conn.cursor() as cursor:
+            cursor.execute(self.sql, self.params)
+            returned = cursor.fetchall() if self.returning_pk else None
+        for index, obj in enumerate(self.objs):
+            if returned is not None:
+                obj.pk = returned[index][0]
+            obj._state.adding = False
+            obj._state.db = conn.alias
+
+
+_NOTHING = PreparedInsert(sql=None, params=[])
+
+
+def insert_prepare(objs: Sequence[Model], *, returning_pk: bool = False) -> PreparedInsert:
+    """The INSERT of unsaved instances of one model in one statement: `bulk_create` for a few
+    rows, its statement built once per process instead of on every call.
+
+    Values are prepared by the model's fields as the ORM prepares them (`pre_save`, then
+    `get_db_prep_save`), now; an auto-increment key is left to the database and, with
+    `returning_pk`, read back into the instances (RETURNING). Like `bulk_create`, running it
+    sends no signals; it marks the instances saved.
+    """
+    if not objs:
+        return _NOTHING
+    conn = connections[DEFAULT_DB_ALIAS]  # once: each use of the `connection` proxy looks it up
+    plan = _plan(conn, type(objs[0]), len(objs), returning_pk)
+    if plan is None:
+        return PreparedInsert(sql=None, params=[], objs=objs)
+    sql, fields = plan
+    params = [field.get_db_prep_save(field.pre_save(obj, True), conn) for obj in objs for field in fields]
+    return PreparedInsert(sql=sql, params=params, objs=objs, returning_pk=returning_pk)
+
+
+def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequence[Sequence[Any]]) -> PreparedInsert:
+    """The INSERT of rows given as values of `fields` (Python values, prepared by the model's
+    fields as the ORM would), its statement built once per process: for rows nobody reads back,
+    with no instance made for them. The other columns must be nullable or have database
+    defaults; the key is the database's."""
+    if not rows:
+        return _NOTHING
+    conn = connections[DEFAULT_DB_ALIAS]
+    key = (model, tuple(fields), len(rows), conn.vendor)
+    plan = _INSERTS.get(key)
+    if plan is None:
+        meta = model._meta
+        plan = _statement(conn, model, [meta.get_field(name) for name in fields], len(rows), returning_pk=False)
+        with _INSERTS_LOCK:
+            _INSERTS[key] = plan
+    sql, model_fields = plan
+    params = [
+        field.get_db_prep_save(value, conn) for row in rows for field, value in zip(model_fields, row, strict=True)
+    ]
+    return PreparedInsert(sql=sql, params=params)
+
+
+def _plan(conn: Any, model: type[Model], rows: int, returning_pk: bool) -> tuple[str, list[Field]] | None:
+    """The statement of `insert_prepare` and its fields, or None where bulk_create has to do
+    it (many rows, a field with its own placeholder, no RETURNING of several rows)."""
+    key = (model, rows, returning_pk, conn.vendor)
+    plan = _INSERTS.get(key, False)
+    if plan is not False:
+        return plan
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if not f.generated and not isinstance(f, AutoField)]
+    plan = None
+    if (
+        rows <= INSERT_MAX_ROWS
+        and not any(hasattr(f, "get_placeholder") for f in fields)
+        and (not returning_pk or (isinstance(meta.pk, AutoField) and conn.features.can_return_rows_from_bulk_insert))
+    ):
+        plan = _statement(conn, model, fields, rows, returning_pk=returning_pk)
+    with _INSERTS_LOCK:
+        _INSERTS[key] = plan
+    return plan
+
+
+def _statement(
+    conn: Any, model: type[Model], fields: list[Field], rows: int, *, returning_pk: bool
+) -> tuple[str, list[Field]]:
+    meta = model._meta
+    quote = conn.ops.quote_name
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    columns = ", ".join(quote(f.column) for f in fields)
+    sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row] * rows)}"
+    if returning_pk:
+        sql += f" RETURNING {quote(meta.pk.column)}"
+    return sql, fields
+
+
+def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_conflicts: bool = False) -> None:
+    """INSERT rows given as {field name: Python value} with one prepared statement run for each
+    row (executemany): for batches nobody reads back, with no instance made per row. A field a
+    row leaves out takes its model default. With `ignore_conflicts`, a row that breaks a unique
+    constraint is skipped (ON CONFLICT DO NOTHING, as bulk_create's ignore_conflicts).
+
+    A value object repeated across rows (one event's envelope for each of its subscriptions, one
+    timestamp for all) is prepared once: JSON is dumped once, not once per row."""
+    if not rows:
+        return
+    conn = connections[DEFAULT_DB_ALIAS]
+    fields = [f for f in model._meta.concrete_fields if not isinstance(f, AutoFieldMixin)]
+    quote = conn.ops.quote_name
+    sql = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})" + (" ON CONFLICT DO NOTHING" if ignore_conflicts else "")
+    )
+    # Prepared values by (field, the value object): the rows hold every object for the whole
+    # call, so an id is never reused for another value while it is a key here.
+    prepared: dict[tuple[str, int], Any] = {}
+    # Constant defaults prepared once; a callable default (a new id, now) is called per row.
+    defaults = {f.attname: f.get_db_prep_save(f.get_default(), conn) for f in fields if not callable(f.default)}
+
+    def value(field: Field, row: dict[str, Any]) -> Any:
+        if field.name in row:
+            raw = row[field.name]
+        elif field.attname in row:
+            raw = row[field.attname]
+        elif field.attname in defaults:
+            return defaults[field.attname]
+        else:
+            return field.get_db_prep_save(field.get_default(), conn)
+        key = (field.attname, id(raw))
+        if key not in prepared:
+            prepared[key] = field.get_db_prep_save(raw, conn)
+        return prepared[key]
+
+    params = [[value(field, row) for field in fields] for row in rows]
+    with conn.cursor() as cursor:
         cursor.executemany(sql, params)

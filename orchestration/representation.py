@@ -7,9 +7,11 @@ redacted (docs/api.md, 'Wire format'; docs/security.md, '4. Secrets').
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
-from django.urls import reverse
+from django.conf import settings
+from django.urls import get_script_prefix, get_urlconf, reverse
 
 from core.ids import iso_ms
 from core.secrets import redact_headers
@@ -31,27 +33,35 @@ def _url(request: Any, path: str, base_url: str | None = None) -> str:
 
 
 def service_call_links(call: ServiceCall, *, request: Any = None, base_url: str | None = None) -> dict[str, str]:
-    kwargs = {"tenant_id": call.tenant_id, "service_call_id": str(call.service_call_id)}
-    # One reverse() for the call: its sub-resources are fixed suffixes (api/urls.py), and
-    # reversing each costs more than the rest of the representation on a list page.
-    own = _url(request, reverse("api:service-call-detail", kwargs=kwargs), base_url)
+    calls, events = _tenant_paths(get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF, call.tenant_id)
+    # The call's path and its sub-resources are fixed suffixes of the collection's (api/urls.py).
+    path = f"{calls}/{call.service_call_id}"
+    own = _url(request, path, base_url)
+    # These paths are plain ASCII (a tenant slug, a UUID), so the absolute URL of each is the
+    # call's with its path swapped: one build_absolute_uri (host checks, IRI quoting) for all.
+    origin = own[: -len(path)] if own.endswith(path) else None
     links = {
         "self": own,
         "tags": f"{own}/tags",
         "rerun": f"{own}/rerun",
         "cancel": f"{own}/cancel",
-        "events": _url(request, reverse("api:tenant-events", kwargs={"tenant_id": call.tenant_id}), base_url),
+        "events": origin + events if origin is not None else _url(request, events, base_url),
     }
     if call.rerun_of:
-        links["rerunOf"] = _url(
-            request,
-            reverse(
-                "api:service-call-detail",
-                kwargs={"tenant_id": call.tenant_id, "service_call_id": str(call.rerun_of)},
-            ),
-            base_url,
-        )
+        rerun_of = f"{calls}/{call.rerun_of}"
+        links["rerunOf"] = origin + rerun_of if origin is not None else _url(request, rerun_of, base_url)
     return links
+
+
+@lru_cache(maxsize=1024)
+def _tenant_paths(script_prefix: str, urlconf: Any, tenant_id: str) -> tuple[str, str]:
+    """A tenant's service-calls and events paths. reverse() costs more than the rest of a
+    call's representation, and these paths only change with the tenant (and the prefix the
+    site is served under); a call id needs no quoting (hex digits and '-')."""
+    return (
+        reverse("api:service-calls", kwargs={"tenant_id": tenant_id}, urlconf=urlconf),
+        reverse("api:tenant-events", kwargs={"tenant_id": tenant_id}, urlconf=urlconf),
+    )
 
 
 def outcome_representation(meta: dict[str, Any] | None) -> dict[str, Any] | None:

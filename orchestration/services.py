@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from core.db import update_many
+from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, update_many
 from core.errors import Conflict, NotFound
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
@@ -32,7 +32,7 @@ from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
 from orchestration.retries import RetryPolicy, next_attempt_at, should_retry
 from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
-from outbox.services import NewEvent, outbox_append
+from outbox.services import NewEvent, PreparedEvents, outbox_append, outbox_prepare
 from timer.selectors import calls_with_pending_timer
 from timer.services import timer_rearm, timer_register, timers_discard
 
@@ -129,17 +129,18 @@ def service_call_submit(
         existing = _idempotent_match(tenant_id, submission.idempotency_key, fingerprint)
         if existing is not None:
             return existing, False
+    new = _new_call(
+        tenant_id=tenant_id,
+        submission=submission,
+        correlation_id=correlation_id,
+        fingerprint=fingerprint,
+        rerun_of=rerun_of,
+        sealed_headers=sealed_headers,
+        occurrence=occurrence,
+    )
     try:
         with transaction.atomic():
-            call = _insert_call(
-                tenant_id=tenant_id,
-                submission=submission,
-                correlation_id=correlation_id,
-                fingerprint=fingerprint,
-                rerun_of=rerun_of,
-                sealed_headers=sealed_headers,
-                occurrence=occurrence,
-            )
+            call = _insert_call(new)
     except IntegrityError:
         if occurrence is not None:
             # Another cluster made this occurrence first (service_calls_schedule_occurrence).
@@ -173,7 +174,20 @@ def _idempotent_match(tenant_id: str, key: str, fingerprint: str) -> ServiceCall
     return existing
 
 
-def _insert_call(
+@dataclass(frozen=True)
+class _NewCall:
+    """A submission's writes, made ready before its transaction (`_new_call`): the transaction
+    then holds the write lock only for the four INSERTs."""
+
+    call: ServiceCall
+    call_insert: PreparedInsert
+    tags_insert: PreparedInsert
+    events: PreparedEvents
+    correlation_id: str
+    due_now: bool
+
+
+def _new_call(
     *,
     tenant_id: str,
     submission: Submission,
@@ -181,8 +195,11 @@ def _insert_call(
     fingerprint: str,
     rerun_of: uuid.UUID | None,
     sealed_headers: dict[str, Any] | None,
-    occurrence: tuple[uuid.UUID, datetime] | None = None,
-) -> ServiceCall:
+    occurrence: tuple[uuid.UUID, datetime] | None,
+) -> _NewCall:
+    # The id and the time are taken here, before the write lock: on SQLite two submissions
+    # waiting for it may then commit in another order than their ids, as concurrent
+    # transactions on PostgreSQL always could.
     now = utcnow()
     due_at = submission.due_at if submission.due_at and submission.due_at > now else now
     spec = {
@@ -192,7 +209,7 @@ def _insert_call(
         "body": submission.body,
         "timeoutMs": submission.timeout_ms,
     }
-    call = ServiceCall.objects.create(
+    call = ServiceCall(
         service_call_id=new_id(),
         tenant_id=tenant_id,
         name=submission.name,
@@ -209,10 +226,7 @@ def _insert_call(
         occurrence_at=occurrence[1] if occurrence else None,
         target_host=target_host(submission.url),
     )
-    ServiceCallTag.objects.bulk_create(
-        [ServiceCallTag(tenant_id=tenant_id, service_call=call, tag=tag) for tag in submission.tags]
-    )
-    outbox_append(
+    events = outbox_prepare(
         events=[
             _event(
                 call,
@@ -232,15 +246,36 @@ def _insert_call(
             _event(call, OutboxEvent.Type.SCHEDULED, {"dueAt": iso_ms(due_at)}, now),
         ]
     )
-    timer_register(
-        tenant_id=tenant_id,
-        service_call_id=call.service_call_id,
-        due_at=due_at,
+    return _NewCall(
+        call=call,
+        call_insert=insert_prepare([call]),
+        tags_insert=insert_rows_prepare(
+            ServiceCallTag,
+            fields=("tenant", "service_call", "tag"),
+            rows=[(tenant_id, call.service_call_id, tag) for tag in submission.tags],
+        ),
+        events=events,
         correlation_id=correlation_id,
+        due_now=due_at <= now,
     )
-    if due_at <= now:
+
+
+def _insert_call(new: _NewCall) -> ServiceCall:
+    """A submission's writes, inside its transaction: the call, its tags, its Submitted and
+    Scheduled events, its timer."""
+    call = new.call
+    new.call_insert.run()
+    new.tags_insert.run()
+    outbox_append(prepared=new.events)
+    timer_register(
+        tenant_id=call.tenant_id,
+        service_call_id=call.service_call_id,
+        due_at=call.due_at,
+        correlation_id=new.correlation_id,
+    )
+    if new.due_now:
         # Past due: a worker starts it at once instead of waiting for the timer (rule 4).
-        transaction.on_commit(lambda: _enqueue_start(tenant_id, call.service_call_id))
+        transaction.on_commit(lambda: _enqueue_start(call.tenant_id, call.service_call_id))
     return call
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from core.db import PreparedInsert, insert_prepare, update_many
 from core.ids import epoch_ms, new_id
 from outbox.models import OutboxEvent, OutboxFeedCounter
 
@@ -39,13 +40,17 @@ def envelope_for(event: NewEvent, event_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
-def outbox_append(*, events: list[NewEvent]) -> list[OutboxEvent]:
-    """Append events in order; must run inside the caller's atomic block.
+@dataclass(frozen=True)
+class PreparedEvents:
+    """Events made into outbox rows, their INSERT ready (`outbox_prepare`)."""
 
-    A state change and its events commit together (docs/architecture.md, 'The path of one call').
-    """
-    if not connection.in_atomic_block:
-        raise RuntimeError("outbox_append must run inside the state change's transaction")
+    rows: list[OutboxEvent]
+    insert: PreparedInsert
+
+
+def outbox_prepare(*, events: list[NewEvent]) -> PreparedEvents:
+    """The rows of `events` and their INSERT, made before the transaction that appends them
+    (`outbox_append(prepared=...)`), which then holds the write lock only to write."""
     rows = []
     for event in events:
         event_id = new_id()
@@ -59,7 +64,22 @@ def outbox_append(*, events: list[NewEvent]) -> list[OutboxEvent]:
                 created_at=event.at,
             )
         )
-    return OutboxEvent.objects.bulk_create(rows)
+    # bulk_create, its statement built once per process; the ids come back from the database.
+    return PreparedEvents(rows=rows, insert=insert_prepare(rows, returning_pk=True))
+
+
+def outbox_append(*, events: list[NewEvent] | None = None, prepared: PreparedEvents | None = None) -> list[OutboxEvent]:
+    """Append events in order (given, or made by `outbox_prepare`); must run inside the caller's
+    atomic block. Returns the stored rows.
+
+    A state change and its events commit together (docs/architecture.md, 'The path of one call').
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("outbox_append must run inside the state change's transaction")
+    if prepared is None:
+        prepared = outbox_prepare(events=events or [])
+    prepared.insert.run()
+    return prepared.rows
 
 
 def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
@@ -97,9 +117,15 @@ def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
     for pk, tenant_id in unnumbered:
         counter = counters[tenant_id]
         counter.last_seq += 1
-        numbered.append(OutboxEvent(pk=pk, feed_seq=counter.last_seq))
-    OutboxEvent.objects.bulk_update(numbered, ["feed_seq"])
-    OutboxFeedCounter.objects.bulk_update(list(counters.values()), ["last_seq"])
+        numbered.append((counter.last_seq, pk))
+    # One prepared UPDATE run per row: bulk_update would build a CASE of every row per batch.
+    update_many(OutboxEvent, set_fields=("feed_seq",), where_fields=("id",), rows=numbered)
+    update_many(
+        OutboxFeedCounter,
+        set_fields=("last_seq",),
+        where_fields=("tenant_id",),
+        rows=[(counter.last_seq, counter.tenant_id) for counter in counters.values()],
+    )
     return marked
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
 
@@ -29,10 +30,28 @@ def caller_may_act_for(user: Any, tenant_id: str) -> bool:
     return user_can_access_tenant(user=user, tenant_id=tenant_id)
 
 
+# Accept headers that DRF's negotiation answers with the first renderer and its own media type
+# when that renderer is JSON (absent means */*).
+_PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
+
+
 class TenantApiView(APIView):
     """Resolves `tenant_id` from the path after authentication; sets `self.tenant_id`."""
 
     tenant_id: str
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[Any, str]:
+        # What clients send (no Accept, */*, application/json; no format override) is answered
+        # without DRF's parsing of the header; anything else is negotiated by DRF as before.
+        if (
+            not self.format_kwarg
+            and request.META.get("HTTP_ACCEPT", "*/*") in _PLAIN_ACCEPT
+            and api_settings.URL_FORMAT_OVERRIDE not in request.query_params
+        ):
+            renderer_class = self.renderer_classes[0] if self.renderer_classes else None
+            if renderer_class is not None and renderer_class.media_type == "application/json":
+                return renderer_class(), renderer_class.media_type
+        return super().perform_content_negotiation(request, force)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication (401) and permissions

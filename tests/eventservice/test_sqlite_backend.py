@@ -56,3 +56,65 @@ def test_a_writer_gives_up_with_database_is_locked_after_its_timeout(monkeypatch
         Tenant.objects.create(id="never", name="n")
     holder.join()
     assert not Tenant.objects.filter(id="never").exists()
+
+
+def _write_in_thread(tenant_id: str, started: threading.Event, done: list) -> threading.Thread:
+    def write():
+        started.set()
+        try:
+            with transaction.atomic():
+                Tenant.objects.create(id=tenant_id, name="t")
+            done.append(time.monotonic())
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            done.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+def test_writers_of_one_process_take_turns_and_the_next_starts_when_the_first_commits():
+    started, done = threading.Event(), []
+    with transaction.atomic():
+        Tenant.objects.create(id="first", name="f")
+        other = _write_in_thread("second", started, done)
+        started.wait(5)
+        time.sleep(0.2)
+        assert done == []  # waiting for this transaction, not failing
+        committed = time.monotonic()
+    other.join(5)
+    assert len(done) == 1 and not isinstance(done[0], Exception)
+    assert done[0] - committed < 0.1  # its turn came with the commit, not at a later poll
+    assert set(Tenant.objects.filter(id__in=["first", "second"]).values_list("id", flat=True)) == {"first", "second"}
+
+
+def test_a_transaction_that_fails_or_a_connection_closed_in_one_ends_its_turn():
+    with pytest.raises(ValueError), transaction.atomic():
+        Tenant.objects.create(id="rolled-back", name="r")
+        raise ValueError("the change failed")
+    started, done = threading.Event(), []
+    _write_in_thread("after-rollback", started, done).join(5)
+    assert len(done) == 1 and not isinstance(done[0], Exception)
+
+    atomic = transaction.atomic()
+    atomic.__enter__()
+    Tenant.objects.create(id="closed", name="c")
+    connection.close()
+    atomic.__exit__(None, None, None)
+    done.clear()
+    _write_in_thread("after-close", started, done).join(5)
+    assert len(done) == 1 and not isinstance(done[0], Exception)
+    assert not Tenant.objects.filter(id__in=["rolled-back", "closed"]).exists()
+
+
+def test_a_writer_waiting_for_another_thread_of_its_process_gives_up_after_its_timeout(monkeypatch):
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 0.2)
+    started, done = threading.Event(), []
+    with transaction.atomic():
+        Tenant.objects.create(id="holder", name="h")
+        other = _write_in_thread("too-late", started, done)
+        other.join(5)
+    assert len(done) == 1 and isinstance(done[0], OperationalError) and "locked" in str(done[0])
+    assert not Tenant.objects.filter(id="too-late").exists()

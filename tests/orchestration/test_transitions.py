@@ -125,6 +125,29 @@ def test_the_same_idempotency_key_with_another_payload_conflicts_and_stores_noth
     assert ServiceCall.objects.count() == 1 and OutboxEvent.objects.count() == 2
 
 
+def test_a_key_stored_by_a_racing_request_answers_its_call_and_this_transaction_leaves_nothing(world, monkeypatch):
+    from orchestration import services
+
+    first, _ = service_call_submit(
+        tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="x"
+    )
+    real_match = services._idempotent_match
+    checks = []
+
+    def match_late(tenant_id, key, fingerprint):
+        # The first check runs before the racing request has committed: it finds nothing.
+        checks.append(key)
+        return None if len(checks) == 1 else real_match(tenant_id, key, fingerprint)
+
+    monkeypatch.setattr(services, "_idempotent_match", match_late)
+    again, created = service_call_submit(
+        tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="y"
+    )
+    assert not created and again.pk == first.pk and len(checks) == 2
+    assert ServiceCall.objects.count() == 1 and ServiceCallTag.objects.count() == len(make_submission().tags)
+    assert OutboxEvent.objects.count() == 2 and TimerSchedule.objects.count() == 1
+
+
 def test_idempotency_keys_are_per_tenant(world):
     a, _ = service_call_submit(tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="x")
     b, created = service_call_submit(
