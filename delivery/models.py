@@ -110,11 +110,13 @@ class Notification(models.Model):
             ),
         ]
         indexes = [
-            # The delivery loop: due notifications (delivery.services.notifications_claim).
+            # The delivery loop: due notifications in the claim's order (delivery.services.
+            # notifications_claim), so it walks the index and stops at its limit instead of
+            # sorting every due notification by event_seq at each claim.
             models.Index(
-                fields=["next_attempt_at"],
+                fields=["next_attempt_at", "event_seq"],
                 condition=_OPEN,
-                name="event_notifications_due",
+                name="event_notifications_due_seq",
             ),
             # Order per (subscription, call): the earliest open notification of each pair.
             models.Index(

@@ -18,7 +18,7 @@ OPEN_STATES = (Notification.State.PENDING, Notification.State.FAILED)
 
 def notifications_due_exist(*, now: datetime | None = None) -> bool:
     """Whether any notification of an enabled subscription is due (a plain read: an idle loop
-    polls often and must not take SQLite's write lock to find nothing). Uses event_notifications_due."""
+    polls often and must not take SQLite's write lock to find nothing). Uses event_notifications_due_seq."""
     now = now or utcnow()
     return Notification.objects.filter(
         Q(locked_until__isnull=True) | Q(locked_until__lte=now),
@@ -208,9 +208,9 @@ def delivery_backlog(
 ) -> dict[str, KindBacklog]:
     """The open notifications per subscription kind (every kind present), of the events of
     `tenant_ids` (None: all tenants). One grouped query over the rows of the partial index
-    event_notifications_due: as large as the backlog, not as the table."""
+    event_notifications_due_seq: as large as the backlog, not as the table."""
     now = now or utcnow()
-    rows = Notification.objects.filter(next_attempt_at__isnull=False)  # open (uses event_notifications_due)
+    rows = Notification.objects.filter(next_attempt_at__isnull=False)  # open (uses event_notifications_due_seq)
     if tenant_ids is not None:
         rows = rows.filter(tenant_id__in=list(tenant_ids))
     counts: dict[tuple[str, str], tuple[int, datetime | None]] = {

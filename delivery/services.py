@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from core.db import update_many
+from core.db import insert_many, update_many
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -322,26 +322,26 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
         return 0
     now = utcnow()
     rows = [
-        Notification(
-            notification_id=new_id(),
-            subscription_id=subscription.subscription_id,
-            tenant_id=event.envelope["tenantId"],
-            event_id=event.envelope["id"],
-            event_seq=event.seq,
-            aggregate_id=event.envelope["aggregateId"],
-            event_type=event.envelope["type"],
-            envelope=event.envelope,
-            event_created_at=event.created_at,
-            next_attempt_at=now,
-            created_at=now,
-            updated_at=now,
-        )
+        {
+            "notification_id": new_id(),
+            "subscription_id": subscription.subscription_id,
+            "tenant_id": event.envelope["tenantId"],
+            "event_id": event.envelope["id"],
+            "event_seq": event.seq,
+            "aggregate_id": event.envelope["aggregateId"],
+            "event_type": event.envelope["type"],
+            "envelope": event.envelope,  # the same object for each subscription: dumped once
+            "event_created_at": event.created_at,
+            "next_attempt_at": now,
+            "created_at": now,
+            "updated_at": now,
+        }
         for event in events
         for subscription in subscriptions
         if _matches(subscription, event)
     ]
     with transaction.atomic():
-        Notification.objects.bulk_create(rows, ignore_conflicts=True)
+        insert_many(Notification, rows=rows, ignore_conflicts=True)
     return len(rows)
 
 
@@ -386,7 +386,7 @@ def notifications_claim(
         due = list(
             Notification.objects.filter(
                 Q(locked_until__isnull=True) | Q(locked_until__lte=now),
-                next_attempt_at__lte=now,  # uses event_notifications_due
+                next_attempt_at__lte=now,  # uses event_notifications_due_seq
                 subscription__enabled=True,
             )
             .exclude(subscription_id__in=full)
@@ -406,7 +406,10 @@ def notifications_claim(
                 break
         if not chosen:
             return []
-        Notification.objects.filter(pk__in=chosen).update(locked_until=now + LEASE)
+        # The lease, and the next try at its end: a claimed notification leaves the due range of
+        # the index, so the next claims do not walk over the tries in flight (if this one never
+        # comes back, it is due again when its lease ends, as before).
+        Notification.objects.filter(pk__in=chosen).update(locked_until=now + LEASE, next_attempt_at=now + LEASE)
         claimed = list(Notification.objects.filter(pk__in=chosen).select_related("subscription"))
     # In the order chosen (due first), which the loop hands to its threads.
     order = {pk: i for i, pk in enumerate(chosen)}
@@ -462,18 +465,18 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
         for notification, result in results:
             n = notification.attempts + 1
             attempts.append(
-                DeliveryAttempt(
-                    notification_id=notification.pk,
-                    n=n,
-                    trigger=DeliveryAttempt.Trigger.MANUAL
+                {
+                    "notification_id": notification.pk,
+                    "n": n,
+                    "trigger": DeliveryAttempt.Trigger.MANUAL
                     if notification.manual
                     else DeliveryAttempt.Trigger.SCHEDULED,
-                    started_at=result.started_at,
-                    latency_ms=result.latency_ms,
-                    status_code=result.status_code,
-                    response_snippet=result.response_snippet[:1000],
-                    error=result.error[:1000],
-                )
+                    "started_at": result.started_at,
+                    "latency_ms": result.latency_ms,
+                    "status_code": result.status_code,
+                    "response_snippet": result.response_snippet[:1000],
+                    "error": result.error[:1000],
+                }
             )
             if result.succeeded:
                 succeeded.append((n, now, Notification.State.SUCCEEDED, now, False, None, None, "", notification.pk))
@@ -504,7 +507,7 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
             where_fields=("notification_id",),
             rows=succeeded,
         )
-        DeliveryAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
+        insert_many(DeliveryAttempt, rows=attempts, ignore_conflicts=True)
         # In key order: two delivery loops (clusters) recording at once lock the subscriptions
         # they share in the same order, so they never deadlock on them.
         for subscription_id in sorted(outcome_by_subscription):
@@ -541,5 +544,7 @@ def _human(seconds: float) -> str:
 
 
 def notifications_release(*, notifications: Sequence[Notification]) -> None:
-    """Give back claims that were not tried (the loop is stopping)."""
-    Notification.objects.filter(pk__in=[n.pk for n in notifications]).update(locked_until=None)
+    """Give back claims that were not tried (the loop is stopping): due again at once."""
+    Notification.objects.filter(pk__in=[n.pk for n in notifications]).update(
+        locked_until=None, next_attempt_at=utcnow()
+    )
