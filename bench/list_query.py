@@ -89,7 +89,8 @@ def load(db_path: Path, *, calls: int, tenants: int, seed: int) -> dict:
     call_sql = (
         "INSERT INTO service_calls (service_call_id, tenant_id, name, status, submitted_at, due_at, started_at,"
         " finished_at, request_spec, outcome_meta, error_kind, correlation_id, idempotency_key,"
-        " request_fingerprint, rerun_of) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,'',NULL)"
+        " request_fingerprint, rerun_of, attempts, held_ms, held_queue)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,'',NULL,?,0,'')"
     )
     tag_sql = "INSERT INTO service_call_tags (tenant_id, service_call_id, tag) VALUES (?,?,?)"
     tag_rows = 0
@@ -155,6 +156,7 @@ def load(db_path: Path, *, calls: int, tenants: int, seed: int) -> dict:
                 meta,
                 kind,
                 uuid.UUID(int=rng.getrandbits(128)).hex,
+                1 if begun else 0,  # attempts made
             )
         )
         chosen = set()

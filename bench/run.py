@@ -226,7 +226,7 @@ class Run:
     def agent_phase(self) -> None:
         try:
             env = self.env
-            if "drain" in self.only:
+            if "drain" in self.only and not self.args.no_delivery:
                 # The drain's events go to two webhook receivers and, when it answers, NATS.
                 self.delivery = agent.Delivery(self.children, self.env, NATS_URL)
                 env = {**self.env, **self.delivery.start()}
@@ -807,7 +807,12 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary DATA_DIR and the child logs")
     parser.add_argument("--skip-peers", action="store_true", help="measure the agent only (no Celery, no django-q2)")
     parser.add_argument(
-        "--py-spy", action="store_true", help="record flame graphs of the engine's process (needs py-spy in the venv)"
+        "--no-delivery",
+        action="store_true",
+        help="drain without subscribers (no event delivery rows): the calls' own cost, as before delivery existed",
+    )
+    parser.add_argument(
+        "--py-spy", action="store_true", help="record flame graphs of the engine processes (needs py-spy in the venv)"
     )
     parser.add_argument(
         "--database",
