@@ -174,6 +174,7 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
 
     A value object repeated across rows (one event's envelope for each of its subscriptions, one
     timestamp for all) is prepared once: JSON is dumped once, not once per row."""
+    rows = list(rows)  # every value object stays alive for the whole call (the cache below)
     if not rows:
         return
     conn = connections[DEFAULT_DB_ALIAS]
@@ -185,7 +186,7 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
     )
     # Prepared values by (field, the value object): the rows hold every object for the whole
     # call, so an id is never reused for another value while it is a key here.
-    prepared: dict[tuple[str, int], Any] = {}
+    prepared: dict[tuple[str, int], tuple[Any, Any]] = {}
     # Constant defaults prepared once; a callable default (a new id, now) is called per row.
     defaults = {f.attname: f.get_db_prep_save(f.get_default(), conn) for f in fields if not callable(f.default)}
 
@@ -199,9 +200,10 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
         else:
             return field.get_db_prep_save(field.get_default(), conn)
         key = (field.attname, id(raw))
-        if key not in prepared:
-            prepared[key] = field.get_db_prep_save(raw, conn)
-        return prepared[key]
+        hit = prepared.get(key)
+        if hit is None or hit[0] is not raw:
+            hit = prepared[key] = (raw, field.get_db_prep_save(raw, conn))
+        return hit[1]
 
     params = [[value(field, row) for field in fields] for row in rows]
     with conn.cursor() as cursor:

@@ -545,6 +545,7 @@ def _human(seconds: float) -> str:
 
 def notifications_release(*, notifications: Sequence[Notification]) -> None:
     """Give back claims that were not tried (the loop is stopping): due again at once."""
-    Notification.objects.filter(pk__in=[n.pk for n in notifications]).update(
+    # Only rows still open: one finished meanwhile must not be reopened.
+    Notification.objects.filter(pk__in=[n.pk for n in notifications], next_attempt_at__isnull=False).update(
         locked_until=None, next_attempt_at=utcnow()
     )

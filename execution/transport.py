@@ -80,7 +80,7 @@ _wire = threading.local()
 
 
 def begin_attempt(*, policy: EgressPolicy | None, deadline: float | None) -> list[socket.socket]:
-    """Start an attempt in this thread: the policy the adapter applies (None: from settings),
+    """Start an attempt in this thread: the policy the pinned pools apply (None: from settings),
     its time.monotonic() deadline (bounds name resolution too), fresh progress, and the list
     of the sockets it uses (shut down by its deadline)."""
     _wire.policy = policy

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -55,10 +56,24 @@ def status_counts(*, tenant_id: str | None = None) -> dict[str, Any]:
     return {status: counts.get(status, 0) for status in ServiceCall.Status.values}
 
 
-def service_calls_overdue_exist(*, due_before: datetime) -> bool:
-    """Whether a Scheduled call that flow control does not hold was due before a time: the
-    workers' cheap look (a read, an index probe on service_calls_startable_due) before they take
-    the write lock to start the due backlog."""
+def startable_due(due_before: datetime) -> QuerySet[ServiceCall]:
+    """Scheduled calls that flow control does not hold, due at or before a time: the condition
+    of the partial index service_calls_startable_due, written once (the workers' backlog, its
+    start, the watchdog's overdue sweep)."""
     return ServiceCall.objects.filter(
         status=ServiceCall.Status.SCHEDULED, due_at__lte=due_before, held_since__isnull=True
-    ).exists()
+    )
+
+
+def service_calls_overdue_exist(*, due_before: datetime, exclude: Collection[uuid.UUID] = ()) -> bool:
+    """Whether such a call exists (but those in `exclude`): the workers' cheap look (a read, an
+    index probe) before they take the write lock to start the due backlog."""
+    return startable_due(due_before).exclude(pk__in=list(exclude)).exists()
+
+
+def service_calls_overdue(
+    *, due_before: datetime, limit: int, exclude: Collection[uuid.UUID] = ()
+) -> list[tuple[str, uuid.UUID]]:
+    """(tenant_id, service_call_id) of such calls, oldest due first."""
+    rows = startable_due(due_before).exclude(pk__in=list(exclude)).order_by("due_at")
+    return list(rows.values_list("tenant_id", "service_call_id")[:limit])

@@ -12,14 +12,14 @@ import hmac
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, update_many
 from core.errors import Conflict, NotFound
@@ -30,6 +30,7 @@ from orchestration.admission import admit, held_since_cleared_on_cancel, release
 from orchestration.flow import target_host
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
 from orchestration.retries import RetryPolicy, next_attempt_at, should_retry
+from orchestration.selectors import startable_due
 from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, PreparedEvents, outbox_append, outbox_prepare
@@ -300,42 +301,47 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
     wanted = {key.service_call_id: key.tenant_id for key in keys}
     with transaction.atomic():
         now = utcnow()
-        rows = list(_startable(now).filter(pk__in=list(wanted)))
+        rows = list(
+            _for_start(
+                ServiceCall.objects.filter(pk__in=list(wanted), status=ServiceCall.Status.SCHEDULED, due_at__lte=now)
+            )
+        )
         rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
         return _start_rows(rows, now=now)
 
 
-def service_calls_start_overdue(*, due_before: datetime, limit: int) -> list[StartedCall]:
+def service_calls_start_overdue(
+    *, due_before: datetime, limit: int, exclude: Collection[uuid.UUID] = ()
+) -> list[StartedCall]:
     """Start up to `limit` Scheduled calls due before `due_before`, oldest due first, that flow
     control does not hold (its flow loop starts those): the due backlog a timer did not start
     in time, or left for whichever worker has room (docs/architecture.md, "Every worker
     process executes"). Chosen inside the start's transaction (under SQLite's write lock, or
     skipping rows another worker has locked on PostgreSQL), so two workers never pick the same
-    call."""
+    call. `exclude`: calls the caller has set aside (their start failed)."""
     if limit <= 0:
         return []
     with transaction.atomic():
         now = utcnow()
-        rows = list(_startable(min(now, due_before)).filter(held_since__isnull=True).order_by("due_at")[:limit])
+        due = startable_due(min(now, due_before)).exclude(pk__in=list(exclude))
+        rows = list(_for_start(due).order_by("due_at")[:limit])
         return _start_rows(rows, now=now)
 
 
-def _startable(due_by: datetime):
-    return (
-        ServiceCall.objects.select_for_update(skip_locked=True)
-        .filter(status=ServiceCall.Status.SCHEDULED, due_at__lte=due_by)
-        .only(
-            "service_call_id",
-            "tenant_id",
-            "correlation_id",
-            "request_spec",
-            "attempts",
-            "due_at",
-            "target_host",
-            "held_since",
-            "held_queue",
-            "held_ms",
-        )
+def _for_start(calls: QuerySet[ServiceCall]) -> QuerySet[ServiceCall]:
+    """The calls locked for their start (skipping rows another transaction holds), with the
+    fields the start reads."""
+    return calls.select_for_update(skip_locked=True).only(
+        "service_call_id",
+        "tenant_id",
+        "correlation_id",
+        "request_spec",
+        "attempts",
+        "due_at",
+        "target_host",
+        "held_since",
+        "held_queue",
+        "held_ms",
     )
 
 
@@ -565,7 +571,8 @@ def service_calls_rearm_overdue(*, due_before: datetime, limit: int = 500) -> in
     back, the fired timer would leave the call Scheduled for ever without this sweep."""
     overdue = list(
         # A held call waits for flow control, its timer Reached on purpose: the flow loop starts it.
-        ServiceCall.objects.filter(status=ServiceCall.Status.SCHEDULED, due_at__lt=due_before, held_since__isnull=True)
+        startable_due(due_before)
+        .filter(due_at__lt=due_before)
         .order_by("due_at")
         .values_list("service_call_id", "tenant_id", "due_at", "correlation_id")[:limit]
     )

@@ -24,7 +24,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
@@ -37,7 +37,7 @@ from delivery.runner import Deliverer
 from delivery.services import nats_subscription_ensure, notifications_delete_before
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
-from orchestration.selectors import service_calls_overdue_exist
+from orchestration.selectors import service_calls_overdue, service_calls_overdue_exist
 from orchestration.services import CallKey
 from outbox.dispatcher import dispatch_batch
 from outbox.services import outbox_delete_published_before
@@ -68,8 +68,25 @@ START_CHUNK = 100
 BACKLOG_GRACE_SECONDS = 0.02
 BACKLOG_POLL_SECONDS = 0.02
 # ... and claims once this many of its pool's threads are free (or all of a smaller pool), so a
-# burst is started in chunks, not one write transaction per finished attempt.
+# burst is started in chunks, not one write transaction per finished attempt; but with a thread
+# free it never waits longer than this (a pool kept nearly full by slow calls).
 BACKLOG_MIN_CLAIM = 16
+BACKLOG_MAX_WAIT_SECONDS = 0.2
+# A due call whose start failed in the backlog is left aside this long (logged), not retried in
+# a tight loop; the others go on.
+SET_ASIDE_SECONDS = 60.0
+
+
+class Reservation:
+    """Free threads of the pool taken for one claim (Engine.reserve)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+
 # How often the schedules loop looks for schedules whose call made ahead came due, and how
 # long a schedule whose round failed is left aside.
 SCHEDULES_INTERVAL_SECONDS = 1.0
@@ -127,8 +144,19 @@ class WriteGate:
 
 
 class Engine:
-    def __init__(self, keeper: SessionKeeper, *, timer: bool = True, events: bool = True) -> None:
+    def __init__(
+        self,
+        keeper: SessionKeeper,
+        *,
+        timer: bool = True,
+        events: bool = True,
+        take_role: Callable[[str], bool] | None = None,
+        single_worker: bool = True,
+    ) -> None:
         self.keeper = keeper
+        # Takes a role's lock if it is free (workers/signals.py); None: the roles are fixed.
+        self.take_role = take_role
+        self.single_worker = single_worker
         # The roles this process took (workers/signals.py): one timer home and one events home
         # per cluster; every engine executes attempts.
         self.hosts_timer = timer
@@ -137,6 +165,8 @@ class Engine:
         # Set when the pool has room for a claim again, or the timer left due calls.
         self._room = threading.Event()
         self._min_claim = min(BACKLOG_MIN_CLAIM, self.concurrency)
+        # Due calls whose start failed in the backlog loop, until when they are left aside.
+        self._set_aside: dict = {}
         self.stop_event = threading.Event()
         self.recorder = RunRecorder(session_id=keeper.session_id)
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="attempt")
@@ -168,19 +198,45 @@ class Engine:
         # the switch interval (5 ms by default), so a transaction of a few dozen statements
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        loops = [("recorder", self._recorder_loop), ("backlog", self._backlog_loop), ("watchdog", self._watchdog_loop)]
+        self._run_loops(
+            [("recorder", self._recorder_loop), ("backlog", self._backlog_loop), ("watchdog", self._watchdog_loop)]
+        )
         if self.hosts_timer:
-            loops += [("timer", self._timer_loop), ("flow", self._flow_loop), ("schedules", self._schedules_loop)]
+            self._run_loops(self._timer_loops())
         if self.hosts_events:
-            loops += [("dispatch", self._dispatch_loop), ("delivery", self._delivery_loop)]
-        for name, target in loops:
-            thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
-            thread.start()
-            self.threads.append(thread)
+            self._run_loops(self._events_loops())
         logger.info(
             "engine started",
             extra={"workerSession": self.session_id, "timer": self.hosts_timer, "events": self.hosts_events},
         )
+
+    def _timer_loops(self) -> list:
+        return [("timer", self._timer_loop), ("flow", self._flow_loop), ("schedules", self._schedules_loop)]
+
+    def _events_loops(self) -> list:
+        return [("dispatch", self._dispatch_loop), ("delivery", self._delivery_loop)]
+
+    def _run_loops(self, loops: list) -> None:
+        for name, target in loops:
+            thread = threading.Thread(target=self._guarded(name, target), name=f"engine-{name}", daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _take_vacant_roles(self) -> None:
+        """A role whose holder died while no worker was being spawned to take it (django-q2
+        spawns a replacement before the worker it replaces is gone, so the replacement found
+        the lock still held) is taken by the next engine that finds its lock free. The events
+        role goes to a worker other than the timer home while there are several."""
+        if self.take_role is None or self.stop_event.is_set():
+            return
+        if not self.hosts_timer and self.take_role("engine"):
+            logger.warning("this worker took the vacant timer role", extra={"workerSession": self.session_id})
+            self.hosts_timer = True
+            self._run_loops(self._timer_loops())
+        if not self.hosts_events and (not self.hosts_timer or self.single_worker) and self.take_role("events"):
+            logger.warning("this worker took the vacant events role", extra={"workerSession": self.session_id})
+            self.hosts_events = True
+            self._run_loops(self._events_loops())
 
     def stop(self, *, drain_seconds: float = 10.0) -> None:
         """Stop taking work, let in-flight attempts finish (bounded), record, close the session."""
@@ -235,39 +291,95 @@ class Engine:
         keys = [CallKey(t.tenant_id, t.service_call_id) for t in timers]
         first = 0
         while first < len(keys):
-            room = self.room()
-            if room < min(len(keys) - first, self._min_claim):
-                self._room.set()  # this process's backlog loop takes over when room frees
-                return
-            chunk = keys[first : first + min(START_CHUNK, room)]
-            first += len(chunk)
-            with self.gate.urgent():
-                attempts = start_and_claim(chunk, worker_id=self.session_id)
-            self.execute(attempts)
+            with self.reserve(min(START_CHUNK, len(keys) - first)) as room:
+                if not room:
+                    self._room.set()  # this process's backlog loop takes over when room frees
+                    return
+                chunk = keys[first : first + room.size]
+                first += len(chunk)
+                with self.gate.urgent():
+                    attempts = start_and_claim(chunk, worker_id=self.session_id)
+                self.execute(attempts, room=room)
 
     def room(self) -> int:
         """Attempts the pool can start at once."""
         with self._in_flight_lock:
             return self.concurrency - self.in_flight
 
+    @contextmanager
+    def reserve(self, wanted: int, *, at_least: int = 1) -> Iterator[Reservation]:
+        """Up to `wanted` of the pool's free threads, taken before a claim (so two claimers of
+        this process never count the same free threads) and given back if the claim made fewer
+        attempts; none when fewer than `at_least` are free."""
+        with self._in_flight_lock:
+            free = self.concurrency - self.in_flight
+            size = min(wanted, free) if free >= at_least else 0
+            self.in_flight += size
+        room = Reservation(size)
+        try:
+            yield room
+        finally:
+            if room.size:
+                with self._in_flight_lock:
+                    self.in_flight -= room.size
+
     def _backlog_loop(self) -> None:
         """Start the due calls nobody has started, as this process's pool has room: a burst
-        larger than one pool is shared by every worker process of every cluster."""
+        larger than one pool is shared by every worker process of every cluster.
+
+        It claims once BACKLOG_MIN_CLAIM threads are free, so a burst is started in chunks; but
+        never waits longer than BACKLOG_MAX_WAIT_SECONDS with a thread free, so a pool that slow
+        calls keep nearly full (or a small one) still starts the backlog. A start that fails sets
+        its calls aside for a while, one by one, so one bad row never stops the others."""
+        last_claim = time.monotonic()
         while not self.stop_event.is_set():
-            room = self.room()
+            now = time.monotonic()
+            for pk, until in list(self._set_aside.items()):
+                if until <= now:
+                    del self._set_aside[pk]
             due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
-            if room >= self._min_claim and service_calls_overdue_exist(due_before=due_before):
-                started = time.monotonic()
-                with self.gate.slot():
-                    attempts = start_and_claim_overdue(
-                        due_before=due_before, limit=min(room, START_CHUNK), worker_id=self.session_id
-                    )
-                self.execute(attempts)
-                if attempts:
-                    self._record_run("backlog", started=started, items=len(attempts))
-                    continue
+            free = self.room()
+            if free and service_calls_overdue_exist(due_before=due_before, exclude=list(self._set_aside)):
+                at_least = self._min_claim if now - last_claim < BACKLOG_MAX_WAIT_SECONDS else 1
+                with self.reserve(START_CHUNK, at_least=at_least) as room:
+                    if room:
+                        last_claim = now
+                        started = self._start_overdue(due_before, room)
+                        if started:
+                            self._record_run("backlog", started=now, items=started)
+                            continue
+            elif free:
+                last_claim = now  # nothing waits: the wait for a full chunk starts afresh
             self._room.wait(BACKLOG_POLL_SECONDS)
             self._room.clear()
+
+    def _start_overdue(self, due_before, room: Reservation) -> int:
+        exclude = list(self._set_aside)
+        try:
+            with self.gate.slot():
+                attempts = start_and_claim_overdue(
+                    due_before=due_before, limit=room.size, exclude=exclude, worker_id=self.session_id
+                )
+        except Exception as exc:
+            logger.exception("starting the due backlog failed; trying its calls one by one")
+            self._record_run("backlog", started=time.monotonic(), items=0, error=exc)
+            close_old_connections()
+            attempts = []
+            for tenant_id, pk in service_calls_overdue(due_before=due_before, limit=room.size, exclude=exclude):
+                key = CallKey(tenant_id, pk)
+                try:
+                    with self.gate.slot():
+                        attempts += start_and_claim([key], worker_id=self.session_id)
+                except Exception:
+                    logger.exception(
+                        "starting a due call failed; set aside for %ss",
+                        SET_ASIDE_SECONDS,
+                        extra={"tenantId": key.tenant_id, "serviceCallId": str(key.service_call_id)},
+                    )
+                    close_old_connections()
+                    self._set_aside[key.service_call_id] = time.monotonic() + SET_ASIDE_SECONDS
+        self.execute(attempts, room=room)
+        return len(attempts)
 
     def _flow_loop(self) -> None:
         self.flow.run(self.stop_event)
@@ -279,10 +391,14 @@ class Engine:
         self.execute(attempts)
         return len(attempts)
 
-    def execute(self, attempts: list[Attempt]) -> None:
+    def execute(self, attempts: list[Attempt], *, room: Reservation | None = None) -> None:
+        """Hand attempts to the pool; with `room`, they take the threads reserved for them."""
         for attempt in attempts:
             with self._in_flight_lock:
-                self.in_flight += 1
+                if room is not None and room.size:
+                    room.size -= 1  # already counted in flight by the reservation
+                else:
+                    self.in_flight += 1
             try:
                 self.pool.submit(self._perform, attempt)
             except RuntimeError:  # pool shut down: the watchdog of the next session resolves it
@@ -434,6 +550,10 @@ class Engine:
     def _watchdog_loop(self) -> None:
         next_retention = 0.0
         while not self.stop_event.wait(2.0):
+            try:
+                self._take_vacant_roles()
+            except Exception:
+                logger.exception("taking a vacant role failed")
             if self.hosts_timer:
                 self._sweep()
             if self.hosts_timer and time.monotonic() >= next_retention:

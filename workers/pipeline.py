@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+import uuid
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -64,11 +65,13 @@ def start_and_claim(keys: Sequence[CallKey], *, worker_id: str) -> list[Attempt]
         return claim(started, worker_id=worker_id)
 
 
-def start_and_claim_overdue(*, due_before: datetime, limit: int, worker_id: str) -> list[Attempt]:
-    """Start up to `limit` calls of the due backlog (oldest due first) and claim their attempts,
-    in one transaction, as start_and_claim does."""
+def start_and_claim_overdue(
+    *, due_before: datetime, limit: int, worker_id: str, exclude: Collection[uuid.UUID] = ()
+) -> list[Attempt]:
+    """Start up to `limit` calls of the due backlog (oldest due first, but those in `exclude`)
+    and claim their attempts, in one transaction, as start_and_claim does."""
     with transaction.atomic():
-        started = service_calls_start_overdue(due_before=due_before, limit=limit)
+        started = service_calls_start_overdue(due_before=due_before, limit=limit, exclude=exclude)
         return claim(started, worker_id=worker_id)
 
 

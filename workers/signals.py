@@ -10,7 +10,8 @@ process executes"). Two roles are one per cluster, each held by a lock file:
   to take the cluster's `events` lock, so the events have a core of their own during a burst;
   with one worker process per cluster, the timer home holds both.
 The OS releases a lock when its process dies, so the worker django-q2 spawns to replace it
-takes the role over. Several clusters coordinate through the database's conditional updates.
+takes the role over; and every engine looks for a vacant role every 2 s (a replacement spawned
+before its predecessor was gone found the lock still held). Several clusters coordinate through the database's conditional updates.
 
 The lock files are named after the cluster's sentinel process, so they are new at every
 start: the holder deletes its file when it stops cleanly, and a worker taking a lock deletes
@@ -33,8 +34,6 @@ from django.dispatch import receiver
 from django_q.signals import post_spawn
 
 logger = logging.getLogger("serviceagent.engine")
-
-ROLES = ("engine", "events")
 
 keeper = None
 engine = None
@@ -132,7 +131,13 @@ def on_worker_spawn(sender, proc_name: str, **kwargs) -> None:
             "this worker runs an engine",
             extra={"workerProcess": proc_name, "pid": os.getpid(), "timer": timer, "events": events},
         )
-        engine = Engine(keeper, timer=timer, events=events)
+        engine = Engine(
+            keeper,
+            timer=timer,
+            events=events,
+            take_role=_take_cluster_lock,
+            single_worker=settings.Q_CLUSTER.get("workers", 1) <= 1,
+        )
         engine.start()
 
 

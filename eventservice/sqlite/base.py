@@ -15,6 +15,7 @@ and the next writer's wake-up). Only writers of other processes are polled for.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -28,6 +29,10 @@ LONGEST_STEP = 0.005
 # The process's write turn per database file (one lock each; a process may use several files).
 _turns: dict[str, threading.Lock] = {}
 _turns_guard = threading.Lock()
+
+
+# A child process starts with no turn held (a fork copies a lock another thread may hold).
+os.register_at_fork(after_in_child=_turns.clear)
 
 
 def _turn_for(name: str) -> threading.Lock:

@@ -230,15 +230,23 @@ def _lookup_threads() -> list[threading.Thread]:
 
 
 def test_name_lookups_reuse_an_idle_thread():
+    resolved_on: list[int] = []
+
+    def resolver(host, port):
+        resolved_on.append(threading.get_ident())
+        return ["127.0.0.1"]
+
     policy = EgressPolicy.from_settings()
-    policy.resolver = lambda host, port: ["127.0.0.1"]
+    policy.resolver = resolver
     with listening("127.0.0.1", keep_alive(drop_after_idle=5)) as server:
         url = f"http://reuse.example.test:{server.port}/"
-        assert perform(_request(url=url), policy=policy).succeeded
-        before = set(_lookup_threads())
         outcomes = [perform(_request(url=url), policy=policy) for _ in range(10)]
     assert all(o.succeeded for o in outcomes)
-    assert set(_lookup_threads()) <= before  # not one thread started for ten lookups
+    assert len(resolved_on) == 10
+    # One after another, the ten lookups ran on one thread (a thread per lookup would show ten),
+    # and never on the caller's.
+    assert len(set(resolved_on)) == 1, resolved_on
+    assert threading.get_ident() not in resolved_on
 
 
 def test_a_hung_lookup_holds_its_thread_but_never_delays_the_next_attempt():

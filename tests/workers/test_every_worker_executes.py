@@ -13,6 +13,7 @@ from orchestration.services import service_calls_start_overdue
 from tests.support.factories import make_call
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
+from timer.models import TimerSchedule
 from timer.selectors import DueTimer
 from workers.models import LoopRun, WorkerSession
 
@@ -91,3 +92,78 @@ def test_the_timer_starts_no_more_calls_than_its_pool_has_room_for(transactional
         engine.stop(drain_seconds=5)
         keeper.close()
     assert not HttpExecution.objects.filter(state=HttpExecution.State.SENDING).exists()
+
+
+def _handed_over(call):
+    """As the timer leaves a call it had no room for: Scheduled and due, its timer Reached."""
+    TimerSchedule.objects.filter(service_call_id=call.pk).update(state=TimerSchedule.State.REACHED, reached_at=utcnow())
+
+
+def _engine(concurrency: int):
+    from workers.engine import Engine
+    from workers.keeper import SessionKeeper
+
+    keeper = SessionKeeper()
+    with override_settings(EXECUTION_CONCURRENCY=concurrency):
+        engine = Engine(keeper)
+    return keeper, engine
+
+
+def test_a_nearly_full_pool_still_starts_the_backlog_soon(transactional_db, world, http_target):
+    """The backlog loop waits for a chunk's worth of free threads, but never long: with one
+    slow call holding a pool of 2, a handed-over call still starts within a second."""
+    keeper, engine = _engine(2)
+    engine.start()
+    try:
+        slow = make_call(name="slow", url=http_target.url("/delay/3000"))
+        wait_for(lambda: ServiceCall.objects.get(pk=slow.pk).status == "Running", timeout=5)
+        waiting = make_call(name="waiting", url=http_target.url("/ok"))
+        _handed_over(waiting)
+        done = wait_for(lambda: (c := ServiceCall.objects.get(pk=waiting.pk)).is_terminal and c, timeout=2)
+        assert done.status == "Succeeded"
+        assert ServiceCall.objects.get(pk=slow.pk).status == "Running"  # it never waited for the slow one
+    finally:
+        engine.stop(drain_seconds=5)
+        keeper.close()
+
+
+def test_a_call_whose_start_fails_is_set_aside_and_the_backlog_goes_on(transactional_db, world, http_target):
+    keeper, engine = _engine(8)
+    now = utcnow()
+    bad = make_call(name="bad", url=http_target.url("/ok"), due_at=now - timedelta(seconds=2))
+    good = make_call(name="good", url=http_target.url("/ok"), due_at=now - timedelta(seconds=1))
+    for call in (bad, good):
+        _handed_over(call)
+    # A row no start can read (as an edit by hand could leave it): its request has no method.
+    spec = dict(ServiceCall.objects.get(pk=bad.pk).request_spec)
+    del spec["method"]
+    ServiceCall.objects.filter(pk=bad.pk).update(request_spec=spec)
+    engine.start()
+    try:
+        done = wait_for(lambda: (c := ServiceCall.objects.get(pk=good.pk)).is_terminal and c, timeout=5)
+        assert done.status == "Succeeded"
+        assert ServiceCall.objects.get(pk=bad.pk).status == "Scheduled"
+        assert bad.pk in engine._set_aside
+    finally:
+        engine.stop(drain_seconds=5)
+        keeper.close()
+
+
+def test_an_engine_takes_a_role_whose_lock_it_finds_free(transactional_db, world):
+    """A replacement worker spawned before its predecessor died found the events lock held and
+    took no role; once the lock is free it takes the role and starts the role's loops."""
+    from workers.engine import Engine
+    from workers.keeper import SessionKeeper
+
+    vacant = {"events"}
+    keeper = SessionKeeper()
+    engine = Engine(keeper, timer=False, events=False, take_role=lambda role: role in vacant, single_worker=False)
+    try:
+        engine._take_vacant_roles()
+        names = {thread.name for thread in engine.threads}
+        assert engine.hosts_events and not engine.hosts_timer
+        assert {"engine-dispatch", "engine-delivery"} <= names
+        assert "engine-timer" not in names
+    finally:
+        engine.stop(drain_seconds=1)
+        keeper.close()
