@@ -25,28 +25,44 @@ def update_many(
     where_fields: Sequence[str],
     rows: Sequence[Sequence[Any]],
     where_extra: dict[str, Any] | None = None,
+    set_constants: dict[str, Any] | None = None,
 ) -> None:
-    """UPDATE model SET set_fields WHERE where_fields (= each row's trailing values) [AND where_extra].
+    """UPDATE model SET set_fields [, set_constants] WHERE where_fields (= each row's trailing
+    values) [AND where_extra].
 
     Each row holds the values of set_fields then where_fields, as Python values; they are
-    prepared by the model's fields, as the ORM would.
+    prepared by the model's fields, as the ORM would. The values the same for every row
+    (`set_constants`, `where_extra`) are prepared once.
     """
     if not rows:
         return
     meta = model._meta
-    fields = [meta.get_field(name) for name in (*set_fields, *where_fields)]
-    quote = connection.ops.quote_name
+    set_model_fields = [meta.get_field(name) for name in set_fields]
+    where_model_fields = [meta.get_field(name) for name in where_fields]
+    constants = set_constants or {}
+    constant_fields = [meta.get_field(name) for name in constants]
     extra = where_extra or {}
     extra_fields = [meta.get_field(name) for name in extra]
+    quote = connection.ops.quote_name
     sql = (
         f"UPDATE {quote(meta.db_table)} SET "
-        + ", ".join(f"{quote(f.column)} = %s" for f in fields[: len(set_fields)])
+        + ", ".join(f"{quote(f.column)} = %s" for f in [*set_model_fields, *constant_fields])
         + " WHERE "
-        + " AND ".join(f"{quote(f.column)} = %s" for f in [*fields[len(set_fields) :], *extra_fields])
+        + " AND ".join(f"{quote(f.column)} = %s" for f in [*where_model_fields, *extra_fields])
     )
-    extra_values = [f.get_db_prep_save(v, connection) for f, v in zip(extra_fields, extra.values(), strict=True)]
+
+    def prepared(fields: Sequence[Field], values: Sequence[Any]) -> list[Any]:
+        return [f.get_db_prep_save(v, connection) for f, v in zip(fields, values, strict=True)]
+
+    constant_values = prepared(constant_fields, list(constants.values()))
+    extra_values = prepared(extra_fields, list(extra.values()))
+    split = len(set_fields)
     params = [
-        [f.get_db_prep_save(v, connection) for f, v in zip(fields, row, strict=True)] + extra_values for row in rows
+        prepared(set_model_fields, row[:split])
+        + constant_values
+        + prepared(where_model_fields, row[split:])
+        + extra_values
+        for row in rows
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)

@@ -445,6 +445,16 @@ def retry_delay(*, step: int, retry_after: float | None = None, jitter: random.R
     return base * (jitter or random).uniform(0.9, 1.1)
 
 
+# What a successful try sets besides its attempt count and times.
+_SUCCESS = {
+    "state": Notification.State.SUCCEEDED,
+    "manual": False,
+    "locked_until": None,
+    "next_attempt_at": None,
+    "last_error": "",
+}
+
+
 def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) -> None:
     """Record the tries of claimed notifications and move each on: SUCCEEDED, FAILED with its
     next try, or EXPIRED; keep each subscription's failing streak, and disable a subscription
@@ -479,7 +489,8 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
                 }
             )
             if result.succeeded:
-                succeeded.append((n, now, Notification.State.SUCCEEDED, now, False, None, None, "", notification.pk))
+                # Only the attempt count differs between successes: the rest is _SUCCESS.
+                succeeded.append((n, now, now, notification.pk))
             else:
                 changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
                 step = notification.step + 1
@@ -494,18 +505,10 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
         # The successes (nearly every try) in one statement run for each row.
         update_many(
             Notification,
-            set_fields=(
-                "attempts",
-                "updated_at",
-                "state",
-                "delivered_at",
-                "manual",
-                "locked_until",
-                "next_attempt_at",
-                "last_error",
-            ),
+            set_fields=("attempts", "updated_at", "delivered_at"),
             where_fields=("notification_id",),
             rows=succeeded,
+            set_constants=_SUCCESS,
         )
         insert_many(DeliveryAttempt, rows=attempts, ignore_conflicts=True)
         # In key order: two delivery loops (clusters) recording at once lock the subscriptions

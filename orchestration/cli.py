@@ -1,6 +1,6 @@
 """The request a command line describes (--method, --url, --header, --body, --json-body,
---timeout-ms), shared by submit_call and create_schedule (not a command: Django only looks in
-management/commands)."""
+--timeout-ms), shared by submit_call and create_schedule: the options, and the requestSpec they
+make (not a command: Django only looks in management/commands)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,23 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from orchestration.validation import MAX_BODY_DEPTH
+from orchestration.validation import MAX_BODY_DEPTH, METHODS
+
+
+def add_request_arguments(parser, *, json_body_help: str = "Parse --body as JSON and send it as JSON.") -> None:
+    """--method, --url, --header, --body and --json-body (each command places its --timeout-ms)."""
+    parser.add_argument("--method", required=True, help=f"HTTP method: {', '.join(METHODS)}.")
+    parser.add_argument("--url", required=True, help="Absolute http or https URL.")
+    parser.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME:VALUE",
+        help="A request header; repeat for several. Secret values (Authorization, *key*, "
+        "*token*, ...) are encrypted at rest and never shown again.",
+    )
+    parser.add_argument("--body", help="The request body, sent as given (a string).")
+    parser.add_argument("--json-body", action="store_true", help=json_body_help)
 
 
 def parse_headers(values: list[str]) -> dict[str, str]:

@@ -443,7 +443,8 @@ class Engine:
                 with self.gate.slot():
                     record(batch)
                 self._record_run("execution", started=started, items=len(batch))
-                self.flow.finished(attempt.order.tenant_id for attempt, _ in batch)
+                if self.hosts_timer:  # the flow loop runs there
+                    self.flow.finished(attempt.order.tenant_id for attempt, _ in batch)
                 return
             except Exception as exc:
                 logger.exception("recording %d outcomes failed (try %d)", len(batch), attempt_number + 1)

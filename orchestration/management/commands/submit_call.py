@@ -13,10 +13,10 @@ from core.cli import command_error
 from core.errors import ApplicationError, ValidationFailed
 from core.ids import iso_ms, new_id, utcnow
 from execution.egress import EgressPolicy, client_path
-from orchestration.cli import request_spec_from_options
+from orchestration.cli import add_request_arguments, request_spec_from_options
 from orchestration.retries import MAX_ATTEMPTS, RetryOn
 from orchestration.services import service_call_submit
-from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, METHODS, validate_submission
+from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, validate_submission
 from tenants.cli import require_tenant
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
@@ -96,21 +96,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--tenant", required=True, help="The tenant id the call belongs to.")
         parser.add_argument("--name", required=True, help="A name for the call (1-200 characters).")
-        parser.add_argument("--method", required=True, help=f"HTTP method: {', '.join(METHODS)}.")
-        parser.add_argument("--url", required=True, help="Absolute http or https URL.")
-        parser.add_argument(
-            "--header",
-            action="append",
-            default=[],
-            metavar="NAME:VALUE",
-            help="A request header; repeat for several. Secret values (Authorization, *key*, "
-            "*token*, ...) are encrypted at rest and never shown again.",
-        )
-        parser.add_argument("--body", help="The request body, sent as given (a string).")
-        parser.add_argument(
-            "--json-body",
-            action="store_true",
-            help="Parse --body as JSON and send it as JSON (Content-Type: application/json unless a "
+        add_request_arguments(
+            parser,
+            json_body_help="Parse --body as JSON and send it as JSON (Content-Type: application/json unless a "
             "content type header is given).",
         )
         when = parser.add_mutually_exclusive_group()

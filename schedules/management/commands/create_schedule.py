@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand
 from core.cli import command_error
 from core.errors import ApplicationError
 from core.ids import iso_ms
-from orchestration.cli import request_spec_from_options
-from orchestration.validation import MAX_TIMEOUT_MS, METHODS
+from orchestration.cli import add_request_arguments, request_spec_from_options
+from orchestration.validation import MAX_TIMEOUT_MS
 from schedules.cron import local_iso
 from schedules.representation import next_runs
 from schedules.services import schedule_create
@@ -52,18 +52,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--timezone", help="The IANA time zone the cron is read in, e.g. Europe/Berlin (default UTC)."
         )
-        parser.add_argument("--method", required=True, help=f"HTTP method: {', '.join(METHODS)}.")
-        parser.add_argument("--url", required=True, help="Absolute http or https URL.")
-        parser.add_argument(
-            "--header",
-            action="append",
-            default=[],
-            metavar="NAME:VALUE",
-            help="A request header; repeat for several. Secret values (Authorization, *key*, "
-            "*token*, ...) are encrypted at rest and never shown again.",
-        )
-        parser.add_argument("--body", help="The request body, sent as given (a string).")
-        parser.add_argument("--json-body", action="store_true", help="Parse --body as JSON and send it as JSON.")
+        add_request_arguments(parser)
         parser.add_argument("--tag", action="append", default=[], help="A tag of every call; repeat for several.")
         parser.add_argument(
             "--timeout-ms",
