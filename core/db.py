@@ -18,6 +18,18 @@ from django.db.models import AutoField, Field, Model
 from django.db.models.fields import AutoFieldMixin
 
 
+def take_turn(name: str) -> None:
+    """Inside a transaction: wait until no other transaction, in any process, holds the turn
+    called `name`, and hold it until this one ends. PostgreSQL: a transaction-level advisory
+    lock on the name's hash. SQLite: nothing to do, its write transactions (BEGIN IMMEDIATE)
+    already run one at a time."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("take_turn must run inside a transaction")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
 def update_many(
     model: type[Model],
     *,

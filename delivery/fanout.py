@@ -11,6 +11,7 @@ from outbox.models import OutboxEvent
 
 class NotificationSink:
     name = "notifications"
+    in_transaction = True  # it writes notification rows in this database
 
     def publish_events(self, events: Sequence[OutboxEvent]) -> None:
         notifications_fan_out(

@@ -17,6 +17,11 @@ event_log = logging.getLogger("serviceagent.events")
 
 class Sink(Protocol):
     name: str
+    # True for a sink that may publish inside the dispatcher's transaction: it writes only this
+    # database, or only logs (a rolled-back batch is published again: at least once). When every
+    # configured sink says so, a batch is claimed, published and marked in one transaction
+    # (outbox/dispatcher.py, docs/architecture.md "The outbox").
+    in_transaction: bool
 
     def publish(self, envelopes: Sequence[dict[str, Any]]) -> None:
         """Publish in order; raise to have the rest of the batch retried later."""
@@ -27,6 +32,7 @@ class BatchSink(Protocol):
     """A sink that takes a dispatcher's whole batch of rows at once (in one write)."""
 
     name: str
+    in_transaction: bool
 
     def publish_events(self, events: Sequence[OutboxEvent]) -> None:
         """Raise to have the whole batch retried later; must be idempotent."""
@@ -34,6 +40,7 @@ class BatchSink(Protocol):
 
 class LogSink:
     name = "log"
+    in_transaction = True
 
     def publish(self, envelopes: Sequence[dict[str, Any]]) -> None:
         if not event_log.isEnabledFor(logging.INFO):
