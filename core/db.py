@@ -160,6 +160,39 @@ def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequ
     return PreparedInsert(sql=sql, params=params)
 
 
+def insert_new(objs: Sequence[Model]) -> set[Any]:
+    """INSERT unsaved instances of one model whose keys the caller set, skipping each row that
+    breaks a unique constraint (ON CONFLICT DO NOTHING); returns the keys of the rows it
+    inserted (RETURNING), which marks those instances saved. The statement is built once per
+    process and row count, as `insert_prepare`'s: bulk_create with ignore_conflicts compiles
+    it on every call and cannot tell which rows it inserted."""
+    if not objs:
+        return set()
+    conn = connections[DEFAULT_DB_ALIAS]
+    model = type(objs[0])
+    meta = model._meta
+    if isinstance(meta.pk, AutoFieldMixin) or len(objs) > INSERT_MAX_ROWS:
+        raise ValueError("insert_new takes at most INSERT_MAX_ROWS instances whose keys are set")
+    key = (model, len(objs), "new", conn.vendor)
+    plan = _INSERTS.get(key)
+    if plan is None:
+        fields = [f for f in meta.concrete_fields if not f.generated]
+        sql, fields = _statement(conn, model, fields, len(objs), returning_pk=False)
+        plan = (f"{sql} ON CONFLICT DO NOTHING RETURNING {conn.ops.quote_name(meta.pk.column)}", fields)
+        with _INSERTS_LOCK:
+            _INSERTS[key] = plan
+    sql, fields = plan
+    params = [field.get_db_prep_save(field.pre_save(obj, True), conn) for obj in objs for field in fields]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = {meta.pk.to_python(row[0]) for row in cursor.fetchall()}
+    for obj in objs:
+        if obj.pk in inserted:
+            obj._state.adding = False
+            obj._state.db = conn.alias
+    return inserted
+
+
 def _plan(conn: Any, model: type[Model], rows: int, returning_pk: bool) -> tuple[str, list[Field]] | None:
     """The statement of `insert_prepare` and its fields, or None where bulk_create has to do
     it (many rows, a field with its own placeholder, no RETURNING of several rows)."""

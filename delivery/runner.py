@@ -36,8 +36,12 @@ class Deliverer:
         batch_size: int,
         per_subscription: int | None = None,
         write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+        may_claim: Callable[[], bool] | None = None,
     ) -> None:
         self.concurrency = concurrency
+        # Asked before each claim: False leaves the due notifications to the other loops for now
+        # (the engine's way of putting its own work first); results are still recorded.
+        self.may_claim = may_claim or (lambda: True)
         self.batch_size = batch_size
         self.write_guard = write_guard
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="delivery")
@@ -57,7 +61,7 @@ class Deliverer:
         with self._lock:
             room = self.concurrency - self.in_flight
         claimed: list[Notification] = []
-        if room > 0 and notifications_due_exist():
+        if room > 0 and self.may_claim() and notifications_due_exist():
             with self._lock:
                 busy = dict(self.in_flight_by_subscription)
             with self.write_guard():

@@ -410,11 +410,20 @@ def notifications_claim(
         # the index, so the next claims do not walk over the tries in flight (if this one never
         # comes back, it is due again when its lease ends, as before).
         Notification.objects.filter(pk__in=chosen).update(locked_until=now + LEASE, next_attempt_at=now + LEASE)
-        claimed = list(Notification.objects.filter(pk__in=chosen).select_related("subscription"))
+        # What a try and its recording read (delivery/senders.py, notifications_record); each
+        # subscription is loaded once, not once per notification.
+        claimed = list(Notification.objects.filter(pk__in=chosen).only(*_TRIED_FIELDS))
+        subscriptions = Subscription.objects.in_bulk({n.subscription_id for n in claimed})
+    for notification in claimed:
+        notification.subscription = subscriptions[notification.subscription_id]
     # In the order chosen (due first), which the loop hands to its threads.
     order = {pk: i for i, pk in enumerate(chosen)}
     claimed.sort(key=lambda n: order[n.pk])
     return claimed
+
+
+# The fields of a claimed notification that a try and its recording use.
+_TRIED_FIELDS = ("subscription_id", "envelope", "attempts", "step", "manual", "event_created_at")
 
 
 @dataclass(frozen=True)

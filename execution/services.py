@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from core.db import update_many
+from core.db import INSERT_MAX_ROWS, insert_new, update_many
 from core.ids import new_id, utcnow
 from core.secrets import redact_headers
 from execution.http import HttpRequest, sent_body, sent_headers
@@ -71,13 +71,10 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
                 timeout_ms=order.request.timeout_ms,
             )
         )
+    owned: set[uuid.UUID] = set()
     with transaction.atomic():
-        HttpExecution.objects.bulk_create(rows, ignore_conflicts=True)
-        owned = set(
-            HttpExecution.objects.filter(execution_id__in=[row.execution_id for row in rows]).values_list(
-                "execution_id", flat=True
-            )
-        )
+        for first in range(0, len(rows), INSERT_MAX_ROWS):
+            owned |= insert_new(rows[first : first + INSERT_MAX_ROWS])
     return [
         Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True) if row.execution_id in owned
     ]

@@ -199,7 +199,12 @@ class Engine:
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         self._run_loops(
-            [("recorder", self._recorder_loop), ("backlog", self._backlog_loop), ("watchdog", self._watchdog_loop)]
+            [
+                ("recorder", self._recorder_loop),
+                ("backlog", self._backlog_loop),
+                ("delivery", self._delivery_loop),
+                ("watchdog", self._watchdog_loop),
+            ]
         )
         if self.hosts_timer:
             self._run_loops(self._timer_loops())
@@ -214,7 +219,7 @@ class Engine:
         return [("timer", self._timer_loop), ("flow", self._flow_loop), ("schedules", self._schedules_loop)]
 
     def _events_loops(self) -> list:
-        return [("dispatch", self._dispatch_loop), ("delivery", self._delivery_loop)]
+        return [("dispatch", self._dispatch_loop)]
 
     def _run_loops(self, loops: list) -> None:
         for name, target in loops:
@@ -474,6 +479,8 @@ class Engine:
     def _dispatch_loop(self) -> None:
         idle = settings.OUTBOX_POLL_INTERVAL_MS / 1000
         limit = min(settings.OUTBOX_BATCH_SIZE, DISPATCH_CHUNK)
+        with self.gate.slot():
+            nats_subscription_ensure()
         while not self.stop_event.is_set():
             started = time.monotonic()
             try:
@@ -495,13 +502,12 @@ class Engine:
         """Notifications to subscribers (docs/events.md): claimed, tried on the deliverer's own
         threads, recorded as they come back."""
         idle = settings.DELIVERY_POLL_INTERVAL_MS / 1000
-        with self.gate.slot():
-            nats_subscription_ensure()
         deliverer = Deliverer(
             concurrency=settings.DELIVERY_CONCURRENCY,
             batch_size=settings.DELIVERY_BATCH_SIZE,
             per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
             write_guard=self.gate.slot,
+            may_claim=self._may_deliver,
         )
         try:
             while not self.stop_event.is_set():
@@ -520,6 +526,12 @@ class Engine:
                     deliverer.wait(idle)
         finally:
             deliverer.stop(wait=False)
+
+    def _may_deliver(self) -> bool:
+        """The events home delivers whenever notifications are due; every other engine only
+        while its pool has no attempt in flight, so that during a burst its core goes to the
+        calls (and the timer home's to the precise starts), and after it to the deliveries."""
+        return self.hosts_events or self.in_flight == 0
 
     # -- recurring schedules ------------------------------------------------------------------
     def _schedules_loop(self) -> None:

@@ -84,3 +84,45 @@ def test_recording_skips_the_tries_of_a_subscription_deleted_meanwhile(transacti
     )
 
     assert Notification.objects.get(subscription=kept).state == Notification.State.SUCCEEDED
+
+
+def test_a_deliverer_told_not_to_claim_leaves_due_notifications_and_still_records(transactional_db, world):
+    """Every worker process runs a delivery loop; one whose process is busy with calls (not the
+    events home) is told not to claim (docs/events.md), and the results it awaits still land."""
+    busy = [False]
+    with receiving() as receiver:
+        subscription = webhook(receiver.url("/ok"))
+        subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+        deliverer = Deliverer(concurrency=4, batch_size=4, may_claim=lambda: not busy[0])
+        try:
+            assert deliverer.step() == 1  # claimed, out on a thread
+            busy[0] = True
+            subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+            wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
+            assert deliverer.step() == 1  # the first result recorded, the second left due
+            states = sorted(Notification.objects.filter(subscription=subscription).values_list("state", flat=True))
+            assert states == [Notification.State.PENDING, Notification.State.SUCCEEDED]
+            busy[0] = False
+            assert deliverer.step() == 1
+            wait_for(lambda: deliverer.step() or deliverer.idle(), timeout=5)
+        finally:
+            deliverer.stop()
+    assert set(Notification.objects.filter(subscription=subscription).values_list("state", flat=True)) == {
+        Notification.State.SUCCEEDED
+    }
+
+
+def test_only_the_events_home_delivers_while_its_attempts_are_in_flight(transactional_db):
+    from workers.engine import Engine
+    from workers.keeper import SessionKeeper
+
+    keeper = SessionKeeper()
+    try:
+        engine = Engine(keeper, timer=True, events=False)
+        assert engine._may_deliver()
+        engine.in_flight = 3
+        assert not engine._may_deliver()
+        engine.hosts_events = True  # e.g. it took the vacant events role
+        assert engine._may_deliver()
+    finally:
+        keeper.close()

@@ -1,0 +1,51 @@
+"""The attempt row is the claim to send (docs/retries.md, "At most once per attempt"): the
+insert that makes it is skipped for an attempt someone else already claimed, and the caller
+gets back only the attempts it owns, whatever the mix and size of its batch."""
+
+from execution.http import HttpRequest
+from execution.models import HttpExecution
+from execution.services import AttemptOrder, attempts_begin
+from orchestration.services import service_call_start
+from tests.support.factories import make_call
+
+
+def started_orders(count: int) -> list[AttemptOrder]:
+    orders = []
+    for n in range(count):
+        call = make_call(name=f"c{n}", url="https://example.test/", correlation_id=f"c{n}")
+        started = service_call_start(tenant_id="acme", service_call_id=call.pk)
+        orders.append(
+            AttemptOrder(
+                tenant_id="acme",
+                service_call_id=call.pk,
+                correlation_id=f"c{n}",
+                request=HttpRequest(started.method, started.url, started.headers, started.body, started.timeout_ms),
+            )
+        )
+    return orders
+
+
+def test_a_second_claim_of_the_same_attempts_gets_none_of_them(world):
+    orders = started_orders(3)
+
+    first = attempts_begin(orders=orders, worker_id="worker-a")
+    second = attempts_begin(orders=orders, worker_id="worker-b")
+
+    assert [attempt.order for attempt in first] == orders and second == []
+    rows = HttpExecution.objects.filter(service_call_id__in=[order.service_call_id for order in orders])
+    assert sorted(rows.values_list("worker_id", flat=True)) == ["worker-a"] * 3
+    assert {row.execution_id for row in rows} == {attempt.execution_id for attempt in first}
+
+
+def test_a_batch_gets_back_exactly_the_attempts_nobody_had_claimed_across_statements(world):
+    # More than one INSERT's worth of rows (32), some of them claimed already by another worker.
+    orders = started_orders(40)
+    taken = attempts_begin(orders=orders[5:35:3], worker_id="worker-a")
+
+    mine = attempts_begin(orders=orders, worker_id="worker-b")
+
+    taken_calls = {attempt.order.service_call_id for attempt in taken}
+    assert len(taken_calls) == 10
+    assert [attempt.order for attempt in mine] == [o for o in orders if o.service_call_id not in taken_calls]
+    assert HttpExecution.objects.filter(worker_id="worker-b").count() == 30
+    assert HttpExecution.objects.filter(worker_id="worker-a").count() == 10
