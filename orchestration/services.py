@@ -19,9 +19,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 
-from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, update_many
+from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, rows_locked, update_many
 from core.errors import Conflict, NotFound
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
@@ -301,10 +301,11 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
     wanted = {key.service_call_id: key.tenant_id for key in keys}
     with transaction.atomic():
         now = utcnow()
-        rows = list(
-            _for_start(
-                ServiceCall.objects.filter(pk__in=list(wanted), status=ServiceCall.Status.SCHEDULED, due_at__lte=now)
-            )
+        rows = rows_locked(
+            ServiceCall,
+            fields=_START_FIELDS,
+            keys=list(wanted),
+            where={"status": ServiceCall.Status.SCHEDULED, "due_at__lte": now},
         )
         rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
         return _start_rows(rows, now=now)
@@ -328,21 +329,25 @@ def service_calls_start_overdue(
         return _start_rows(rows, now=now)
 
 
+# The fields a start reads.
+_START_FIELDS = (
+    "service_call_id",
+    "tenant_id",
+    "correlation_id",
+    "request_spec",
+    "attempts",
+    "due_at",
+    "target_host",
+    "held_since",
+    "held_queue",
+    "held_ms",
+)
+
+
 def _for_start(calls: QuerySet[ServiceCall]) -> QuerySet[ServiceCall]:
     """The calls locked for their start (skipping rows another transaction holds), with the
     fields the start reads."""
-    return calls.select_for_update(skip_locked=True).only(
-        "service_call_id",
-        "tenant_id",
-        "correlation_id",
-        "request_spec",
-        "attempts",
-        "due_at",
-        "target_host",
-        "held_since",
-        "held_queue",
-        "held_ms",
-    )
+    return calls.select_for_update(skip_locked=True).only(*_START_FIELDS)
 
 
 def _start_rows(rows: list[ServiceCall], *, now: datetime) -> list[StartedCall]:
@@ -351,8 +356,14 @@ def _start_rows(rows: list[ServiceCall], *, now: datetime) -> list[StartedCall]:
     if not rows:
         return []
     held_ms = release_held(rows, now=now)
-    updated = ServiceCall.objects.filter(pk__in=[row.pk for row in rows], status=ServiceCall.Status.SCHEDULED).update(
-        status=ServiceCall.Status.RUNNING, started_at=now, attempts=F("attempts") + 1
+    # The rows are locked (or SQLite's write lock is held): each one's attempt count is current.
+    updated = update_many(
+        ServiceCall,
+        set_fields=("attempts",),
+        where_fields=("service_call_id",),
+        rows=[(row.attempts + 1, row.pk) for row in rows],
+        set_constants={"status": ServiceCall.Status.RUNNING, "started_at": now},
+        where_extra={"status": ServiceCall.Status.SCHEDULED},
     )
     if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
         raise RuntimeError("start raced with another writer")
