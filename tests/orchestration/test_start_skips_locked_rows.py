@@ -1,0 +1,74 @@
+"""The start of due calls reads and locks them with a statement built once per process
+(core.db.rows_locked). On PostgreSQL it skips a call another transaction holds locked, rather
+than wait for it, and starts it once that transaction is over; on either database it starts
+only what is Scheduled and due, of the tenant named in its key."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from core.ids import utcnow
+from orchestration.models import ServiceCall
+from orchestration.services import CallKey, service_calls_start
+from tests.support.factories import make_call
+
+
+def due_call(name: str, tenant_id: str = "acme") -> ServiceCall:
+    call = make_call(tenant_id, name=name, due_in=60)
+    ServiceCall.objects.filter(pk=call.pk).update(due_at=utcnow() - timedelta(seconds=1))
+    return call
+
+
+def test_it_starts_only_due_scheduled_calls_of_the_tenant_in_their_key(db, world):
+    due, other_tenant, later = due_call("due"), due_call("globex's", "globex"), make_call(name="later", due_in=60)
+    running = due_call("running")
+    ServiceCall.objects.filter(pk=running.pk).update(status=ServiceCall.Status.RUNNING)
+
+    started = service_calls_start(
+        keys=[
+            CallKey("acme", due.pk),
+            CallKey("acme", other_tenant.pk),  # another tenant's call under acme's name
+            CallKey("acme", later.pk),
+            CallKey("acme", running.pk),
+        ]
+    )
+
+    assert [call.service_call_id for call in started] == [due.pk]
+    assert started[0].attempt == 1 and started[0].tenant_id == "acme"
+    statuses = dict(ServiceCall.objects.values_list("name", "status"))
+    assert statuses == {"due": "Running", "globex's": "Scheduled", "later": "Scheduled", "running": "Running"}
+    assert service_calls_start(keys=[CallKey("acme", due.pk)]) == []  # started once
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_call_another_transaction_holds_is_skipped_and_started_after(world):
+    call = due_call("held")
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(ServiceCall.objects.select_for_update().filter(pk=call.pk))
+                holding.set()
+                release.wait(10)
+                transaction.set_rollback(True)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        assert service_calls_start(keys=[CallKey("acme", call.pk)]) == []  # skipped, not waited for
+        assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.SCHEDULED
+    finally:
+        release.set()
+        holder.join(10)
+    [started] = service_calls_start(keys=[CallKey("acme", call.pk)])
+    assert started.service_call_id == call.pk
+    assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.RUNNING
