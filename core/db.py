@@ -50,6 +50,9 @@ def rows_locked(
     conn = connections[DEFAULT_DB_ALIAS]
     meta = model._meta
     lookups = [(name.partition("__")[0], name.partition("__")[2] or "exact", value) for name, value in where.items()]
+    for name, op, value in lookups:
+        if op not in _LOCKED_OPERATORS or value is None:
+            raise ValueError(f"rows_locked: {name}__{op} = {value!r} is not an = or <= of a value")
     key = (model, tuple(fields), len(keys), tuple((name, op) for name, op, _ in lookups), conn.vendor)
     sql = _SELECTS.get(key)
     if sql is None:
@@ -204,11 +207,11 @@ def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequ
 
 
 def insert_new(objs: Sequence[Model]) -> set[Any]:
-    """INSERT unsaved instances of one model whose keys the caller set, skipping each row that
-    breaks a unique constraint (ON CONFLICT DO NOTHING); returns the keys of the rows it
-    inserted (RETURNING), which marks those instances saved. The statement is built once per
-    process and row count, as `insert_prepare`'s: bulk_create with ignore_conflicts compiles
-    it on every call and cannot tell which rows it inserted."""
+    """INSERT unsaved instances of one model whose keys the caller made new (fresh ids),
+    skipping each row that breaks a unique constraint (ON CONFLICT DO NOTHING); returns the keys
+    of the rows it inserted (RETURNING), which marks those instances saved. The statement is
+    built once per process and row count, as `insert_prepare`'s: bulk_create with
+    ignore_conflicts compiles it on every call and cannot tell which rows it inserted."""
     if not objs:
         return set()
     conn = connections[DEFAULT_DB_ALIAS]
@@ -216,6 +219,10 @@ def insert_new(objs: Sequence[Model]) -> set[Any]:
     meta = model._meta
     if isinstance(meta.pk, AutoFieldMixin) or len(objs) > INSERT_MAX_ROWS:
         raise ValueError("insert_new takes at most INSERT_MAX_ROWS instances whose keys are set")
+    if not conn.features.can_return_rows_from_bulk_insert:  # SQLite before 3.35: no RETURNING
+        model._base_manager.bulk_create(objs, ignore_conflicts=True)
+        # The keys were new: those that exist now are the rows this insert made.
+        return set(model._base_manager.filter(pk__in=[obj.pk for obj in objs]).values_list("pk", flat=True))
     key = (model, len(objs), "new", conn.vendor)
     plan = _INSERTS.get(key)
     if plan is None:

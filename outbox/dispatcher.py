@@ -1,4 +1,4 @@
-"""Publishes outbox rows after commit: in id order per call, one bad row never blocks others.
+"""Publishes outbox rows after commit: in id order per call; a bad row holds back only its call.
 
 When every sink may publish inside a transaction (it writes only this database, or only logs:
 `Sink.in_transaction`), a batch is claimed, published and marked published in one transaction,
@@ -70,8 +70,8 @@ def dispatch_batch(
 ) -> int:
     """Publish one batch; returns how many events were published.
 
-    `write_guard` wraps each of the two write transactions (not the publishing): the engine
-    passes its process-wide write gate.
+    `write_guard` wraps each write transaction (the one of a batch; on the leased path the
+    claim and the settling, not the publishing): the engine passes its process-wide write gate.
     """
     # A plain read first: an idle dispatcher polls often, and on SQLite every write
     # transaction takes the database's one write lock, which the timer loop may be waiting for.
@@ -110,15 +110,7 @@ def dispatch_batch(
         except Exception as exc:
             failed[row.pk] = f"{type(exc).__name__}: {exc}"[:1000]
             failed_aggregates.add(row.aggregate_id)
-            logger.warning(
-                "event publication failed",
-                extra={
-                    "tenantId": row.tenant_id,
-                    "serviceCallId": str(row.aggregate_id),
-                    "eventId": str(row.event_id),
-                },
-                exc_info=True,
-            )
+            _log_failure(row)
             continue
         published.append(row.pk)
     with write_guard():
@@ -131,34 +123,66 @@ def _dispatch_in_one_transaction(
 ) -> int:
     """Claim, publish and mark in one transaction: no lease (nothing is out while the rows are
     locked), one write lock per batch. Dispatchers take turns (on PostgreSQL another's locked
-    rows would be invisible here, and a call's later event could overtake its earlier one). If a
-    sink fails, the batch rolls back and its rows wait out a backoff, as on the leased path."""
-    rows: list[OutboxEvent] = []
-    step = "claim"
-    try:
-        with write_guard(), transaction.atomic():
-            take_turn("outbox-dispatch")
-            now = utcnow()
-            rows = _claimable_rows(now, limit)
-            if not rows:
-                return 0
-            for sink in sinks:
-                step = sink.name
-                if isinstance(sink, BatchSink):
-                    sink.publish_events(rows)
-                else:
-                    sink.publish([row.event_payload for row in rows])
-            step = "mark published"
-            outbox_mark_published(ids=[row.pk for row in rows], at=now)
-    except Exception as exc:
+    rows would be invisible here, and a call's later event could overtake its earlier one).
+
+    If a sink fails, the batch is published again event by event, each in a savepoint: only
+    the events that fail wait out a backoff (and their calls' later events behind them), and
+    the backoff is written in this same transaction and turn, so no other dispatcher sees a
+    failed event as neither published nor waiting."""
+    with write_guard(), transaction.atomic():
+        take_turn("outbox-dispatch")
+        now = utcnow()
+        rows = _claimable_rows(now, limit)
         if not rows:
-            raise  # the claim itself failed: the engine's loop logs it and waits
-        logger.warning("event publication failed", extra={"sink": step}, exc_info=True)
-        error = f"{type(exc).__name__}: {exc}"[:1000]
-        with write_guard():
-            _settle(rows, [], {row.pk: error for row in rows})
-        return 0
-    return len(rows)
+            return 0
+        try:
+            with transaction.atomic():
+                _publish_and_mark(rows, sinks, now)
+            return len(rows)
+        except Exception:
+            logger.warning("event publication failed; publishing the batch event by event", exc_info=True)
+        published = 0
+        failed_calls: set = set()
+        for row in rows:
+            if row.aggregate_id in failed_calls:
+                continue  # keeps its call's order: waits behind the failed event
+            try:
+                with transaction.atomic():
+                    _publish_and_mark([row], sinks, now)
+                published += 1
+            except Exception as exc:
+                failed_calls.add(row.aggregate_id)
+                _log_failure(row)
+                _back_off(row, f"{type(exc).__name__}: {exc}"[:1000], now)
+        return published
+
+
+def _publish_and_mark(rows: list[OutboxEvent], sinks: Sequence[Sink], now: datetime) -> None:
+    for sink in sinks:
+        if isinstance(sink, BatchSink):
+            sink.publish_events(rows)
+        else:
+            sink.publish([row.event_payload for row in rows])
+    outbox_mark_published(ids=[row.pk for row in rows], at=now)
+
+
+def _log_failure(row: OutboxEvent) -> None:
+    logger.warning(
+        "event publication failed",
+        extra={"tenantId": row.tenant_id, "serviceCallId": str(row.aggregate_id), "eventId": str(row.event_id)},
+        exc_info=True,
+    )
+
+
+def _back_off(row: OutboxEvent, error: str, now: datetime) -> None:
+    """The row waits before its next try (and every later event of its call with it)."""
+    attempts = row.attempts + 1
+    OutboxEvent.objects.filter(pk=row.pk).update(
+        attempts=attempts,
+        last_error=error,
+        locked_until=None,
+        next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)),
+    )
 
 
 def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str]) -> None:
@@ -167,13 +191,7 @@ def _settle(rows: list[OutboxEvent], published: list[int], failed: dict[int, str
         now = utcnow()
         for row in rows:
             if row.pk in failed:
-                attempts = row.attempts + 1
-                OutboxEvent.objects.filter(pk=row.pk).update(
-                    attempts=attempts,
-                    last_error=failed[row.pk],
-                    locked_until=None,
-                    next_attempt_at=now + timedelta(seconds=backoff_seconds(attempts)),
-                )
+                _back_off(row, failed[row.pk], now)
         skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in done]
         if skipped:
             OutboxEvent.objects.filter(pk__in=skipped).update(locked_until=None)

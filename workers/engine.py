@@ -4,16 +4,17 @@ Every worker process of a django-q2 cluster runs an engine (see workers/signals.
 holds depends on the roles the process took (docs/architecture.md, "Every worker process
 executes"):
 - every engine: an execution pool that performs attempts (HTTP outside any transaction), a
-  recorder that writes finished attempts and call outcomes in small batches, and the backlog
+  recorder that writes finished attempts and call outcomes in small batches, the backlog
   loop, which starts due calls nobody has started yet (a burst bigger than the timer's pool,
-  a timer that fired late) as its pool has room;
+  a timer that fired late) as its pool has room, and a delivery loop to subscribers
+  (docs/events.md; outside the events home it claims only while the pool is idle);
 - the timer home, one per cluster: the timer loop (NearTermScheduler) that starts due calls
   the moment they are due, the watchdog (crash recovery, stuck calls) and retention, the flow
   loop, which starts the calls flow control held once their limits have room
   (docs/flow-control.md), and the schedules loop, which makes each recurring schedule's next
   call ahead (docs/schedules.md);
 - the events home, one per cluster (the timer home too when the cluster has one worker
-  process): the outbox dispatcher and the delivery loop to subscribers (docs/events.md).
+  process): the outbox dispatcher (docs/events.md).
 Several engines (processes, clusters, hosts) run at once: every claim is a conditional update.
 """
 

@@ -25,28 +25,47 @@ class RecordingSink:
             self.published.append(envelope)
 
 
+class RecordingSinkInTransaction(RecordingSink):
+    """Published inside the dispatcher's transaction (outbox/dispatcher.py): all or nothing, as
+    a sink writing to the database would be."""
+
+    in_transaction = True
+
+    def publish(self, envelopes):
+        if any(envelope["payload"].get("label") in self.poisoned for envelope in envelopes):
+            raise ConnectionError("sink refused it")
+        self.published.extend(envelopes)
+
+
+both_paths = pytest.mark.parametrize(
+    "sink_class", [RecordingSink, RecordingSinkInTransaction], ids=["leased", "one-transaction"]
+)
+
+
 def append(aggregate, label):
     return make_event(aggregate_id=aggregate, payload={"label": label})
 
 
-def test_it_publishes_every_event_in_id_order_and_marks_it_published(db):
+@both_paths
+def test_it_publishes_every_event_in_id_order_and_marks_it_published(db, sink_class):
     a, b = new_id(), new_id()
     for label, agg in [("a1", a), ("b1", b), ("a2", a), ("b2", b)]:
         append(agg, label)
-    sink = RecordingSink()
+    sink = sink_class()
     assert dispatch_batch(sinks=[sink]) == 4
     assert [e["payload"]["label"] for e in sink.published] == ["a1", "b1", "a2", "b2"]
     assert not OutboxEvent.objects.filter(published_at__isnull=True).exists()
     assert dispatch_batch(sinks=[sink]) == 0
 
 
-def test_a_poisoned_row_holds_back_only_its_own_calls_later_events(db):
+@both_paths
+def test_a_poisoned_row_holds_back_only_its_own_calls_later_events(db, sink_class):
     a, b = new_id(), new_id()
     append(a, "a1-poison")
     append(b, "b1")
     append(a, "a2")
     append(b, "b2")
-    sink = RecordingSink(poisoned={"a1-poison"})
+    sink = sink_class(poisoned={"a1-poison"})
     assert dispatch_batch(sinks=[sink]) == 2
     assert [e["payload"]["label"] for e in sink.published] == ["b1", "b2"]
     poisoned = OutboxEvent.objects.get(event_payload__payload__label="a1-poison")
@@ -56,7 +75,7 @@ def test_a_poisoned_row_holds_back_only_its_own_calls_later_events(db):
     assert OutboxEvent.objects.get(event_payload__payload__label="a2").published_at is None
     # Once the sink recovers and the backoff passed, a's events go out in order.
     OutboxEvent.objects.filter(pk=poisoned.pk).update(next_attempt_at=utcnow() - timedelta(seconds=1))
-    healthy = RecordingSink()
+    healthy = sink_class()
     assert dispatch_batch(sinks=[healthy]) == 2
     assert [e["payload"]["label"] for e in healthy.published] == ["a1-poison", "a2"]
 
