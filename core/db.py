@@ -30,6 +30,8 @@ def take_turn(name: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
 
 
+# Guards the writes to the statement caches (_SELECTS, _INSERTS).
+_STATEMENTS_LOCK = threading.Lock()
 # SELECT statements of `rows_locked` by model, fields, key count, conditions and vendor.
 _SELECTS: dict[tuple[Any, ...], str] = {}
 _LOCKED_OPERATORS = {"exact": "=", "lte": "<="}
@@ -67,7 +69,7 @@ def rows_locked(
         )
         if conn.features.has_select_for_update_skip_locked:
             sql += " FOR UPDATE SKIP LOCKED"
-        with _INSERTS_LOCK:
+        with _STATEMENTS_LOCK:
             _SELECTS[key] = sql
     params = [meta.pk.get_db_prep_value(value, conn) for value in keys] + [
         meta.get_field(name).get_db_prep_value(value, conn) for name, _, value in lookups
@@ -129,7 +131,6 @@ def update_many(
 # INSERT statements by model, row count, columns and database vendor: (sql, fields), or None
 # where bulk_create does the work.
 _INSERTS: dict[tuple[Any, ...], tuple[str, list[Field]] | None] = {}
-_INSERTS_LOCK = threading.Lock()
 # Larger batches go through bulk_create: its compilation is spread over many rows anyway.
 INSERT_MAX_ROWS = 32
 
@@ -197,7 +198,7 @@ def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequ
     if plan is None:
         meta = model._meta
         plan = _statement(conn, model, [meta.get_field(name) for name in fields], len(rows), returning_pk=False)
-        with _INSERTS_LOCK:
+        with _STATEMENTS_LOCK:
             _INSERTS[key] = plan
     sql, model_fields = plan
     params = [
@@ -209,32 +210,32 @@ def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequ
 def insert_new(objs: Sequence[Model]) -> set[Any]:
     """INSERT unsaved instances of one model whose keys the caller made new (fresh ids),
     skipping each row that breaks a unique constraint (ON CONFLICT DO NOTHING); returns the keys
-    of the rows it inserted (RETURNING), which marks those instances saved. The statement is
-    built once per process and row count, as `insert_prepare`'s: bulk_create with
-    ignore_conflicts compiles it on every call and cannot tell which rows it inserted."""
+    of the rows it inserted, which marks those instances saved. In statements of at most
+    INSERT_MAX_ROWS rows, each `insert_prepare`'s statement (built once per process) with
+    RETURNING of the keys: bulk_create with ignore_conflicts compiles it on every call and
+    cannot tell which rows it inserted (where RETURNING or such a statement is not available,
+    that is what runs, and the rows are read back)."""
+    inserted: set[Any] = set()
+    for first in range(0, len(objs), INSERT_MAX_ROWS):
+        inserted |= _insert_new(objs[first : first + INSERT_MAX_ROWS])
+    return inserted
+
+
+def _insert_new(objs: Sequence[Model]) -> set[Any]:
     if not objs:
         return set()
     conn = connections[DEFAULT_DB_ALIAS]
     model = type(objs[0])
     meta = model._meta
-    if isinstance(meta.pk, AutoFieldMixin) or len(objs) > INSERT_MAX_ROWS:
-        raise ValueError("insert_new takes at most INSERT_MAX_ROWS instances whose keys are set")
-    if not conn.features.can_return_rows_from_bulk_insert:  # SQLite before 3.35: no RETURNING
+    plan = _plan(conn, model, len(objs), False) if conn.features.can_return_rows_from_bulk_insert else None
+    if plan is None:
         model._base_manager.bulk_create(objs, ignore_conflicts=True)
         # The keys were new: those that exist now are the rows this insert made.
         return set(model._base_manager.filter(pk__in=[obj.pk for obj in objs]).values_list("pk", flat=True))
-    key = (model, len(objs), "new", conn.vendor)
-    plan = _INSERTS.get(key)
-    if plan is None:
-        fields = [f for f in meta.concrete_fields if not f.generated]
-        sql, fields = _statement(conn, model, fields, len(objs), returning_pk=False)
-        plan = (f"{sql} ON CONFLICT DO NOTHING RETURNING {conn.ops.quote_name(meta.pk.column)}", fields)
-        with _INSERTS_LOCK:
-            _INSERTS[key] = plan
     sql, fields = plan
     params = [field.get_db_prep_save(field.pre_save(obj, True), conn) for obj in objs for field in fields]
     with conn.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(f"{sql} ON CONFLICT DO NOTHING RETURNING {conn.ops.quote_name(meta.pk.column)}", params)
         inserted = {meta.pk.to_python(row[0]) for row in cursor.fetchall()}
     for obj in objs:
         if obj.pk in inserted:
@@ -259,7 +260,7 @@ def _plan(conn: Any, model: type[Model], rows: int, returning_pk: bool) -> tuple
         and (not returning_pk or (isinstance(meta.pk, AutoField) and conn.features.can_return_rows_from_bulk_insert))
     ):
         plan = _statement(conn, model, fields, rows, returning_pk=returning_pk)
-    with _INSERTS_LOCK:
+    with _STATEMENTS_LOCK:
         _INSERTS[key] = plan
     return plan
 

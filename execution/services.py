@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import transaction
 
-from core.db import INSERT_MAX_ROWS, insert_new, update_many
+from core.db import insert_new, update_many
 from core.ids import new_id, utcnow
 from core.secrets import redact_headers
 from execution.http import HttpRequest, sent_body, sent_headers
@@ -71,10 +71,8 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
                 timeout_ms=order.request.timeout_ms,
             )
         )
-    owned: set[uuid.UUID] = set()
     with transaction.atomic():
-        for first in range(0, len(rows), INSERT_MAX_ROWS):
-            owned |= insert_new(rows[first : first + INSERT_MAX_ROWS])
+        owned = insert_new(rows)
     return [
         Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True) if row.execution_id in owned
     ]
