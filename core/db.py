@@ -32,42 +32,51 @@ def take_turn(name: str) -> None:
 
 # Guards the writes to the statement caches (_SELECTS, _INSERTS).
 _STATEMENTS_LOCK = threading.Lock()
-# SELECT statements of `rows_locked` by model, fields, key count, conditions and vendor.
+# SELECT statements of `rows_by_key` by model, fields, key count, conditions, lock and vendor.
 _SELECTS: dict[tuple[Any, ...], str] = {}
-_LOCKED_OPERATORS = {"exact": "=", "lte": "<="}
+_KEY_OPERATORS = {"exact": "=", "lte": "<="}
 
 
-def rows_locked(
-    model: type[Model], *, fields: Sequence[str], keys: Sequence[Any], where: dict[str, Any]
+def rows_by_key(
+    model: type[Model],
+    *,
+    keys: Sequence[Any],
+    fields: Sequence[str] | None = None,
+    where: dict[str, Any] | None = None,
+    skip_locked: bool = False,
 ) -> list[Model]:
     """The rows of `model` whose key is among `keys` and that meet `where` ({"field": value} or
-    {"field__lte": value}), with only `fields` loaded, locked for the caller's transaction:
-    FOR UPDATE SKIP LOCKED on PostgreSQL (a row another transaction holds is left out); on
-    SQLite the write transaction already keeps other writers out. What the ORM's
-    `filter(pk__in=keys, **where).select_for_update(skip_locked=True).only(*fields)` runs, its
-    statement built once per process instead of compiled on every call (the timer's start of
-    one due call paid more for that compilation than for the database's work)."""
+    {"field__lte": value}), with only `fields` loaded (None: every field). With `skip_locked`,
+    locked for the caller's transaction: FOR UPDATE SKIP LOCKED on PostgreSQL (a row another
+    transaction holds is left out); on SQLite the write transaction already keeps other writers
+    out. What the ORM's `filter(pk__in=keys, **where).only(*fields)` runs (with
+    `.select_for_update(skip_locked=True)`), its statement built once per process instead of
+    compiled on every call (the timer's start of one due call paid more for that compilation
+    than for the database's work)."""
     if not keys:
         return []
     conn = connections[DEFAULT_DB_ALIAS]
     meta = model._meta
-    lookups = [(name.partition("__")[0], name.partition("__")[2] or "exact", value) for name, value in where.items()]
+    names = [field.name for field in meta.concrete_fields] if fields is None else list(fields)
+    lookups = [
+        (name.partition("__")[0], name.partition("__")[2] or "exact", value) for name, value in (where or {}).items()
+    ]
     for name, op, value in lookups:
-        if op not in _LOCKED_OPERATORS or value is None:
-            raise ValueError(f"rows_locked: {name}__{op} = {value!r} is not an = or <= of a value")
-    key = (model, tuple(fields), len(keys), tuple((name, op) for name, op, _ in lookups), conn.vendor)
+        if op not in _KEY_OPERATORS or value is None:
+            raise ValueError(f"rows_by_key: {name}__{op} = {value!r} is not an = or <= of a value")
+    key = (model, tuple(names), len(keys), tuple((name, op) for name, op, _ in lookups), skip_locked, conn.vendor)
     sql = _SELECTS.get(key)
     if sql is None:
         quote = conn.ops.quote_name
-        columns = [meta.pk.column, *(meta.get_field(name).column for name in fields if name != meta.pk.name)]
+        columns = [meta.pk.column, *(meta.get_field(name).column for name in names if name != meta.pk.name)]
         conditions = [f"{quote(meta.pk.column)} IN ({', '.join(['%s'] * len(keys))})"] + [
-            f"{quote(meta.get_field(name).column)} {_LOCKED_OPERATORS[op]} %s" for name, op, _ in lookups
+            f"{quote(meta.get_field(name).column)} {_KEY_OPERATORS[op]} %s" for name, op, _ in lookups
         ]
         sql = (
             f"SELECT {', '.join(quote(column) for column in columns)} FROM {quote(meta.db_table)} "
             f"WHERE {' AND '.join(conditions)}"
         )
-        if conn.features.has_select_for_update_skip_locked:
+        if skip_locked and conn.features.has_select_for_update_skip_locked:
             sql += " FOR UPDATE SKIP LOCKED"
         with _STATEMENTS_LOCK:
             _SELECTS[key] = sql

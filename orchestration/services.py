@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, rows_locked, update_many
+from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, rows_by_key, update_many
 from core.errors import Conflict, NotFound
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
@@ -301,11 +301,12 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
     wanted = {key.service_call_id: key.tenant_id for key in keys}
     with transaction.atomic():
         now = utcnow()
-        rows = rows_locked(
+        rows = rows_by_key(
             ServiceCall,
-            fields=_START_FIELDS,
             keys=list(wanted),
+            fields=_START_FIELDS,
             where={"status": ServiceCall.Status.SCHEDULED, "due_at__lte": now},
+            skip_locked=True,
         )
         rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
         return _start_rows(rows, now=now)

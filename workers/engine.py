@@ -523,6 +523,7 @@ class Engine:
                     continue
                 if moved:
                     self._record_run("delivery", started=started, items=moved)
+                    deliverer.gather(RECORD_GATHER_SECONDS)
                 else:
                     deliverer.wait(idle)
         finally:

@@ -126,3 +126,32 @@ def test_only_the_events_home_delivers_while_its_attempts_are_in_flight(transact
         assert engine._may_deliver()
     finally:
         keeper.close()
+
+
+def test_between_steps_the_loop_lets_a_quarter_of_the_tries_out_come_back_first(transactional_db, world):
+    """After a step that moved something, the loop waits (up to a bound) for a quarter of the
+    tries in flight, so one claim and one recording serve many notifications; with nothing
+    out, it does not wait at all."""
+    with receiving() as receiver:
+        fast, slow = webhook(receiver.url("/ok")), webhook(receiver.url("/delay/1500"))
+        deliverer = Deliverer(concurrency=8, batch_size=8)
+        try:
+            began = time.monotonic()
+            deliverer.gather(5.0)
+            assert time.monotonic() - began < 1.0  # nothing out: no wait
+
+            for _ in range(4):
+                subscription_send_test(tenant_id="acme", subscription_id=slow.pk)
+            assert deliverer.step() == 4
+            began = time.monotonic()
+            deliverer.gather(0.2)  # none of the 4 (1.5 s each) is back: the bound ends the wait
+            assert 0.2 <= time.monotonic() - began < 1.2
+
+            subscription_send_test(tenant_id="acme", subscription_id=fast.pk)
+            assert deliverer.step() == 1  # 5 out: a quarter is 1, the fast one
+            began = time.monotonic()
+            deliverer.gather(5.0)
+            assert time.monotonic() - began < 1.2 and deliverer.results.qsize() >= 1
+        finally:
+            deliverer.stop()
+    assert Notification.objects.filter(state=Notification.State.SUCCEEDED).count() == 5

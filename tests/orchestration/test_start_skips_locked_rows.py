@@ -1,5 +1,5 @@
 """The start of due calls reads and locks them with a statement built once per process
-(core.db.rows_locked). On PostgreSQL it skips a call another transaction holds locked, rather
+(core.db.rows_by_key). On PostgreSQL it skips a call another transaction holds locked, rather
 than wait for it, and starts it once that transaction is over; on either database it starts
 only what is Scheduled and due, of the tenant named in its key."""
 
