@@ -7,7 +7,6 @@ import base64
 import logging
 import random
 import secrets
-import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -396,9 +395,10 @@ def notifications_claim(
         lease = now + LEASE
         update_many(
             Notification,
-            set_fields=("locked_until", "next_attempt_at"),
+            set_fields=(),
             where_fields=("notification_id",),
-            rows=[(lease, lease, pk) for pk in chosen],
+            rows=[(pk,) for pk in chosen],
+            set_constants={"locked_until": lease, "next_attempt_at": lease},
         )
         # What a try and its recording read (delivery/senders.py, notifications_record); each
         # subscription is loaded once, not once per notification. Already locked by this
@@ -419,7 +419,6 @@ def notifications_claim(
 # written here once rather than compiled by the ORM on every claim, which cost a delivery loop
 # more than the database's work when it claimed a few notifications at a time.
 _DUE_KEYS: dict[tuple[str, int], str] = {}
-_DUE_KEYS_LOCK = threading.Lock()
 
 
 def _due_keys(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
@@ -465,8 +464,7 @@ def _due_keys(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> li
         )
         if conn.features.has_select_for_update_skip_locked:
             sql += " FOR UPDATE OF n SKIP LOCKED"
-        with _DUE_KEYS_LOCK:
-            _DUE_KEYS[key] = sql
+        _DUE_KEYS[key] = sql  # a race writes the same statement twice: harmless
     moment = Notification._meta.get_field("next_attempt_at").get_db_prep_value(now, conn)
     sub_pk = Subscription._meta.pk
     params = [moment, moment, *(sub_pk.get_db_prep_value(sub, conn) for sub in excluded), limit]
@@ -556,8 +554,8 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
                 }
             )
             if result.succeeded:
-                # Only the attempt count differs between successes: the rest is _SUCCESS.
-                succeeded.append((n, now, now, notification.pk))
+                # Only the attempt count differs between successes: the rest is the same for all.
+                succeeded.append((n, notification.pk))
             else:
                 changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
                 step = notification.step + 1
@@ -572,10 +570,10 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
         # The successes (nearly every try) in one statement run for each row.
         update_many(
             Notification,
-            set_fields=("attempts", "updated_at", "delivered_at"),
+            set_fields=("attempts",),
             where_fields=("notification_id",),
             rows=succeeded,
-            set_constants=_SUCCESS,
+            set_constants={**_SUCCESS, "updated_at": now, "delivered_at": now},
         )
         insert_many(DeliveryAttempt, rows=attempts, ignore_conflicts=True)
         # In key order: two delivery loops (clusters) recording at once lock the subscriptions
