@@ -12,7 +12,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
 from django.db import DatabaseError, close_old_connections
@@ -53,6 +53,8 @@ class Deliverer:
         self._lock = threading.Lock()
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
+        # Tries handed to the pool and not yet done: those a stop cancels are given back.
+        self._queued: dict[Future, Notification] = {}
 
     def step(self) -> int:
         """Record what came back, then claim and start what is due and fits; returns how many
@@ -72,8 +74,13 @@ class Deliverer:
                 self.in_flight += len(claimed)
                 self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
             for notification in claimed:
-                self.pool.submit(self._try, notification)
+                future = self.pool.submit(self._try, notification)
+                self._queued[future] = notification
+                future.add_done_callback(self._forget)
         return recorded + len(claimed)
+
+    def _forget(self, future: Future) -> None:
+        self._queued.pop(future, None)
 
     def _try(self, notification: Notification) -> None:
         self.results.put((notification, send(notification)))
@@ -137,10 +144,35 @@ class Deliverer:
         with self._lock:
             return self.in_flight == 0
 
-    def stop(self, *, wait: bool = True) -> None:
-        """Finish the tries in flight (their results are recorded), start no new ones."""
-        self.pool.shutdown(wait=wait, cancel_futures=True)
-        self.record_ready()
+    def stop(self, *, timeout: float | None = None) -> None:
+        """Start no new tries; give back the claimed ones no thread started yet (due again at
+        once, for another loop); wait up to `timeout` (None: for as long as they take) for the
+        tries out to come back, and record them. A try still out then is left to its lease
+        and sent again when the lease ends (at least once, docs/events.md)."""
+        queued = dict(self._queued)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        cancelled = [notification for future, notification in queued.items() if future.cancelled()]
+        if cancelled:
+            try:
+                with self.write_guard():
+                    notifications_release(notifications=cancelled)
+            finally:
+                with self._lock:
+                    self.in_flight -= len(cancelled)
+                    self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
+                    self.in_flight_by_subscription += Counter()  # drop the zeros
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.record_ready()
+            left = None if deadline is None else deadline - time.monotonic()
+            if self.idle() or (left is not None and left <= 0):
+                break
+            self._came_back.wait(0.05 if left is None else min(0.05, left))
+            self._came_back.clear()
+        if not self.idle():
+            with self._lock:
+                out = self.in_flight
+            logger.warning("stopped with %d delivery tries out; they are tried again when their lease ends", out)
 
 
 def deliver_now(*, limit: int = 100) -> int:

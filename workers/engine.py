@@ -92,6 +92,9 @@ class Reservation:
 # long a schedule whose round failed is left aside.
 SCHEDULES_INTERVAL_SECONDS = 1.0
 SCHEDULE_SET_ASIDE_SECONDS = 60.0
+# How long a stopping delivery loop waits for its tries out to come back (Engine.stop's drain
+# bound covers it).
+DELIVERY_STOP_SECONDS = 5.0
 # Outbox events claimed per dispatch transaction, at most (OUTBOX_BATCH_SIZE may be smaller):
 # a due timer waits for the transaction in progress, so none may be long.
 DISPATCH_CHUNK = 100
@@ -527,7 +530,9 @@ class Engine:
                 else:
                     deliverer.wait(idle)
         finally:
-            deliverer.stop(wait=False)
+            # The tries out come back and are recorded, within a bound (Engine.stop waits as
+            # long for this thread); one still out then is sent again after its lease.
+            deliverer.stop(timeout=DELIVERY_STOP_SECONDS)
 
     def _may_deliver(self) -> bool:
         """The events home delivers whenever notifications are due; every other engine only

@@ -4,6 +4,7 @@ A subscription deleted while its tries are out costs nothing to the others' reco
 
 from __future__ import annotations
 
+import threading
 import time
 
 from core.ids import utcnow
@@ -155,3 +156,47 @@ def test_between_steps_the_loop_lets_a_quarter_of_the_tries_out_come_back_first(
         finally:
             deliverer.stop()
     assert Notification.objects.filter(state=Notification.State.SUCCEEDED).count() == 5
+
+
+def test_a_stopping_loop_records_the_tries_that_come_back_in_time_and_gives_back_the_unstarted(transactional_db, world):
+    """A worker stopping (a deploy) waits a bounded time for its tries out: those back in time
+    are recorded, not sent again after their lease; claims no thread started are due again at
+    once; a try still out at the bound is left to its lease (at least once)."""
+    with receiving() as receiver:
+        quick, slow = webhook(receiver.url("/delay/300")), webhook(receiver.url("/slow"))
+
+        # Back within the bound: recorded by the stop itself.
+        subscription_send_test(tenant_id="acme", subscription_id=quick.pk)
+        deliverer = Deliverer(concurrency=4, batch_size=4)
+        assert deliverer.step() == 1
+        deliverer.stop(timeout=5.0)
+        assert Notification.objects.get(subscription=quick).state == Notification.State.SUCCEEDED
+
+        # Claimed but queued behind busy threads: given back, due now, not leased.
+        release = threading.Event()
+        deliverer = Deliverer(concurrency=2, batch_size=2)
+        for _ in range(2):
+            deliverer.pool.submit(release.wait, 10)  # both threads busy
+        subscription_send_test(tenant_id="acme", subscription_id=quick.pk)
+        subscription_send_test(tenant_id="acme", subscription_id=quick.pk)
+        try:
+            assert deliverer.step() == 2
+            deliverer.stop(timeout=5.0)
+        finally:
+            release.set()
+        assert deliverer.idle()
+        waiting = Notification.objects.filter(subscription=quick, state=Notification.State.PENDING)
+        assert waiting.count() == 2
+        assert all(n.locked_until is None and n.next_attempt_at <= utcnow() for n in waiting)
+        Notification.objects.filter(subscription=quick).delete()
+
+        # Still out at the bound (the receiver answers after 2 s): left to its lease.
+        subscription_send_test(tenant_id="acme", subscription_id=slow.pk)
+        deliverer = Deliverer(concurrency=4, batch_size=4)
+        assert deliverer.step() == 1
+        began = time.monotonic()
+        deliverer.stop(timeout=0.2)
+        assert time.monotonic() - began < 1.5
+        left = Notification.objects.get(subscription=slow)
+        assert left.state == Notification.State.PENDING and left.locked_until > utcnow()
+        assert len(receiver.at("/delay/300")) == 1  # the given-back ones were never sent
