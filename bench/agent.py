@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import PYTHON, ROOT, Child, Children, group_pids, log, summary_ms, wait_until
+from bench.common import PYTHON, ROOT, Child, Children, cpu_seconds, group_pids, log, summary_ms, wait_until
 
 LATENESS_TENANT = "bench-lateness"
 DRAIN_TENANT = "bench-drain"
@@ -69,6 +69,15 @@ def start_workers(
         raise RuntimeError(f"{name} not ready within {timeout}s:\n{child.tail()}")
     time.sleep(0.5)  # the engine's first full timer refresh
     return child
+
+
+def idle_cpu_percent(workers: Child, *, seconds: float) -> float:
+    """The CPU the cluster's processes take with nothing to do (their loops' polls), as a
+    percentage of one core over `seconds`."""
+    pids = group_pids(workers.proc.pid)
+    before, started = cpu_seconds(pids), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_seconds(pids) - before) / (time.monotonic() - started) * 100
 
 
 def _submit(tenant_id: str, url: str, dues: list[float], prefix: str) -> dict[str, float]:

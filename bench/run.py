@@ -81,6 +81,7 @@ FULL = {
     "flow_calls": 300,
     "flow_backlog": 1000,
     "flow_spread": 5.0,
+    "idle_seconds": 5.0,
 }
 QUICK = {
     **FULL,
@@ -241,6 +242,7 @@ class Run:
         s = self.sizes
         workers = agent.start_workers(self.children, env)
         try:
+            self.results["agent"]["idle_cpu_percent"] = agent.idle_cpu_percent(workers, seconds=s["idle_seconds"])
             if "lateness" in self.only:
                 self.results["agent"]["lateness"] = agent.lateness(
                     url=self.target_url,
@@ -504,6 +506,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         )
 
     cpu = a.get("cpu_seconds") or {}
+    if a.get("idle_cpu_percent") is not None:
+        add("agent workers' CPU while idle (% of one core)", a["idle_cpu_percent"])
     if a.get("lateness") or q.get("lateness") or c.get("lateness"):
         add(
             "timers measured (n)",

@@ -1,5 +1,6 @@
-"""Batched writes for hot paths: an UPDATE of many rows (executemany), and an INSERT of a few
-model instances whose statement is built once per process.
+"""Statements for hot paths, built once per process: batched writes (an UPDATE of many rows
+with executemany, an INSERT of a few model instances), rows by key, and the reads that loops
+run many times a second (sql_query).
 
 The ORM compiles one UPDATE per row (or a CASE per field per row with bulk_update), which
 costs more CPU than the database work when a worker records a hundred outcomes at once; and it
@@ -9,8 +10,10 @@ compiles every INSERT again, which costs a submission more than the database's o
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -28,6 +31,63 @@ def take_turn(name: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
+class _Names:
+    """A model's quoted names for sql_query's templates: str() is its table, an attribute its
+    field's column ({c.due_at}, {n.subscription})."""
+
+    def __init__(self, model: type[Model], quote: Any) -> None:
+        self._model, self._quote = model, quote
+
+    def __str__(self) -> str:
+        return self._quote(self._model._meta.db_table)
+
+    def __getattr__(self, name: str) -> str:
+        return self._quote(self._model._meta.get_field(name).column)
+
+
+# sql_query's statements by template, models and vendor.
+_QUERIES: dict[tuple[Any, ...], str] = {}
+
+
+def sql_query(template: str, params: Sequence[Any] = (), **models: type[Model]) -> list[tuple[Any, ...]]:
+    """The rows of `template`, SQL written against the names of `models`: {name} is the quoted
+    table of the model passed as `name`, {name.field} the quoted column of one of its fields.
+    For the reads that loops run many times a second, whose ORM compilation cost more than the
+    database's work: the statement is formatted once per process and database vendor. Datetimes
+    and UUIDs among `params` are adapted as the ORM stores them; read values back with
+    `db_uuid` and `db_datetime`."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    key = (template, tuple(models.items()), conn.vendor)
+    sql = _QUERIES.get(key)
+    if sql is None:
+        quote = conn.ops.quote_name
+        sql = template.format(**{name: _Names(model, quote) for name, model in models.items()})
+        _QUERIES[key] = sql  # a race formats the same statement twice: harmless
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [_adapt(conn, value) for value in params])
+        return cursor.fetchall()
+
+
+def _adapt(conn: Any, value: Any) -> Any:
+    if isinstance(value, datetime):
+        return conn.ops.adapt_datetimefield_value(value)
+    if isinstance(value, uuid.UUID) and not conn.features.has_native_uuid_field:
+        return value.hex
+    return value
+
+
+def db_uuid(value: Any) -> uuid.UUID:
+    """A UUID column's value as read: a UUID on PostgreSQL, 32 hex digits on SQLite."""
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+
+
+def db_datetime(value: Any) -> datetime:
+    """A datetime column's value as read, aware in UTC (SQLite gives it naive, or as text)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 # Guards the writes to the statement caches (_SELECTS, _INSERTS).

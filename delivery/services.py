@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
-from core.db import insert_many, rows_by_key, update_many
+from core.db import db_uuid, insert_many, rows_by_key, sql_query, update_many
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -415,12 +415,6 @@ def notifications_claim(
     return claimed
 
 
-# The claim's candidates, by vendor and number of subscriptions left out: the statement is
-# written here once rather than compiled by the ORM on every claim, which cost a delivery loop
-# more than the database's work when it claimed a few notifications at a time.
-_DUE_KEYS: dict[tuple[str, int], str] = {}
-
-
 def _due_keys(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
     """(notification_id, subscription_id) of due notifications of enabled subscriptions (not
     of `excluded`) that head their (subscription, call) queue, due first, at most `limit`;
@@ -434,48 +428,24 @@ def _due_keys(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> li
         .order_by("next_attempt_at", "event_seq").values_list("pk", "subscription_id")[:limit]
 
     with `earlier_open` an open notification of the same subscription and call with a lower
-    event_seq. It walks event_notifications_due_seq in order (tests/delivery/test_plans.py)."""
-    conn = connections[DEFAULT_DB_ALIAS]
-    key = (conn.vendor, len(excluded))
-    sql = _DUE_KEYS.get(key)
-    if sql is None:
-        q = conn.ops.quote_name
-        notifications, subscriptions = q(Notification._meta.db_table), q(Subscription._meta.db_table)
-        n_id, sub_id, agg, seq, due_at, locked = (
-            q(Notification._meta.get_field(name).column)
-            for name in (
-                "notification_id",
-                "subscription",
-                "aggregate_id",
-                "event_seq",
-                "next_attempt_at",
-                "locked_until",
-            )
-        )
-        enabled, s_id = q(Subscription._meta.get_field("enabled").column), q(Subscription._meta.pk.column)
-        not_excluded = f" AND n.{sub_id} NOT IN ({', '.join(['%s'] * len(excluded))})" if excluded else ""
-        sql = (
-            f"SELECT n.{n_id}, n.{sub_id} FROM {notifications} n "
-            f"INNER JOIN {subscriptions} s ON (n.{sub_id} = s.{s_id}) "
-            f"WHERE (n.{locked} IS NULL OR n.{locked} <= %s) AND n.{due_at} <= %s AND s.{enabled}{not_excluded} "
-            f"AND NOT EXISTS (SELECT 1 FROM {notifications} e WHERE e.{sub_id} = n.{sub_id} "
-            f"AND e.{agg} = n.{agg} AND e.{due_at} IS NOT NULL AND e.{seq} < n.{seq}) "
-            f"ORDER BY n.{due_at}, n.{seq} LIMIT %s"
-        )
-        if conn.features.has_select_for_update_skip_locked:
-            sql += " FOR UPDATE OF n SKIP LOCKED"
-        _DUE_KEYS[key] = sql  # a race writes the same statement twice: harmless
-    moment = Notification._meta.get_field("next_attempt_at").get_db_prep_value(now, conn)
-    sub_pk = Subscription._meta.pk
-    params = [moment, moment, *(sub_pk.get_db_prep_value(sub, conn) for sub in excluded), limit]
-    with conn.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [(_uuid(pk), _uuid(sub)) for pk, sub in cursor.fetchall()]
-
-
-def _uuid(value: Any) -> uuid.UUID:
-    """A UUID column's value as read: a UUID on PostgreSQL, 32 hex digits on SQLite."""
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(value)
+    event_seq, but written once per process: the ORM compiled it on every claim, which cost a
+    delivery loop more than the database's work. It walks event_notifications_due_seq in order
+    (tests/delivery/test_plans.py)."""
+    not_excluded = f" AND n.{{n.subscription}} NOT IN ({', '.join(['%s'] * len(excluded))})" if excluded else ""
+    lock = " FOR UPDATE OF n SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    rows = sql_query(
+        "SELECT n.{n.notification_id}, n.{n.subscription} FROM {n} n "
+        "INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
+        "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) AND n.{n.next_attempt_at} <= %s "
+        "AND s.{s.enabled}" + not_excluded + " AND NOT EXISTS (SELECT 1 FROM {n} e "
+        "WHERE e.{n.subscription} = n.{n.subscription} AND e.{n.aggregate_id} = n.{n.aggregate_id} "
+        "AND e.{n.next_attempt_at} IS NOT NULL AND e.{n.event_seq} < n.{n.event_seq}) "
+        "ORDER BY n.{n.next_attempt_at}, n.{n.event_seq} LIMIT %s" + lock,
+        [now, now, *excluded, limit],
+        n=Notification,
+        s=Subscription,
+    )
+    return [(db_uuid(pk), db_uuid(sub)) for pk, sub in rows]
 
 
 # The fields of a claimed notification that a try and its recording use.

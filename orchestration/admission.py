@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Count, QuerySet
 
-from core.db import update_many
+from core.db import sql_query, update_many
 from core.errors import NotFound
 from core.ids import utcnow
 from orchestration.flow import (
@@ -137,6 +137,18 @@ def _held() -> QuerySet[ServiceCall]:
     return ServiceCall.objects.filter(status=ServiceCall.Status.SCHEDULED, held_since__isnull=False)
 
 
+def any_held() -> bool:
+    """Whether any call waits for flow control: the flow loop's look, fifty times a second,
+    written once per process (core.db.sql_query); an index probe of service_calls_held."""
+    return bool(
+        sql_query(
+            "SELECT 1 FROM {c} WHERE {c.status} = %s AND {c.held_since} IS NOT NULL LIMIT 1",
+            [ServiceCall.Status.SCHEDULED.value],
+            c=ServiceCall,
+        )
+    )
+
+
 def held_count(*, tenant_id: str) -> int:
     """How many of the tenant's calls wait for flow control now."""
     return _held().filter(tenant_id=tenant_id).count()
@@ -156,6 +168,8 @@ def held_ms_of(call: ServiceCall, *, now: datetime | None = None) -> int:
 def _tenants_with_held(limit: int) -> list[str]:
     """The tenants that have held calls: one probe of service_calls_held per tenant."""
     tenants: list[str] = []
+    if not any_held():
+        return tenants
     rows = _held().order_by("tenant_id").values_list("tenant_id", flat=True)
     tenant = rows.first()
     while tenant is not None and len(tenants) < limit:

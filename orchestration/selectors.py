@@ -7,9 +7,9 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Prefetch, QuerySet
 
+from core.db import sql_query
 from core.errors import NotFound
 from orchestration.models import ServiceCall, ServiceCallTag
 
@@ -70,35 +70,19 @@ def service_calls_overdue_exist(*, due_before: datetime, exclude: Collection[uui
     """Whether such a call exists (but those in `exclude`): the workers' cheap look (a read, an
     index probe) before they take the write lock to start the due backlog.
 
-    What `startable_due(due_before).exclude(pk__in=exclude).exists()` runs, its statement
-    written once per process: every worker process looks every 20 ms, and the ORM's compilation
-    of the query cost more than the index probe."""
-    conn, meta = connections[DEFAULT_DB_ALIAS], ServiceCall._meta
-    key = (conn.vendor, len(exclude))
-    sql = _OVERDUE_EXIST.get(key)
-    if sql is None:
-        q = conn.ops.quote_name
-        status, due_at, held_since, pk = (
-            q(meta.get_field(name).column) for name in ("status", "due_at", "held_since", "service_call_id")
+    What `startable_due(due_before).exclude(pk__in=exclude).exists()` runs, but written once
+    per process: every worker process looks every 20 ms, and the ORM's compilation of the
+    query cost more than the index probe."""
+    not_excluded = f" AND NOT ({{c.service_call_id}} IN ({', '.join(['%s'] * len(exclude))}))" if exclude else ""
+    return bool(
+        sql_query(
+            "SELECT 1 FROM {c} WHERE {c.status} = %s AND {c.due_at} <= %s AND {c.held_since} IS NULL"
+            + not_excluded
+            + " LIMIT 1",
+            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude],
+            c=ServiceCall,
         )
-        not_excluded = f" AND NOT ({pk} IN ({', '.join(['%s'] * len(exclude))}))" if exclude else ""
-        sql = (
-            f"SELECT 1 FROM {q(meta.db_table)} WHERE {status} = %s AND {due_at} <= %s "
-            f"AND {held_since} IS NULL{not_excluded} LIMIT 1"
-        )
-        _OVERDUE_EXIST[key] = sql  # a race writes the same statement twice: harmless
-    params = [
-        ServiceCall.Status.SCHEDULED.value,
-        meta.get_field("due_at").get_db_prep_value(due_before, conn),
-        *(meta.pk.get_db_prep_value(pk, conn) for pk in exclude),
-    ]
-    with conn.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone() is not None
-
-
-# service_calls_overdue_exist's statements, by vendor and number of calls left out.
-_OVERDUE_EXIST: dict[tuple[str, int], str] = {}
+    )
 
 
 def service_calls_overdue(

@@ -11,7 +11,7 @@ import pytest
 
 from core.ids import utcnow
 from execution.outcomes import ErrorKind, Outcome
-from orchestration.admission import flow_limits_get, flow_round, held_count, held_ms_of
+from orchestration.admission import any_held, flow_limits_get, flow_round, held_count, held_ms_of
 from orchestration.flow import LOOKAHEAD_SECONDS
 from orchestration.models import FlowControl, ServiceCall
 from orchestration.services import (
@@ -86,6 +86,16 @@ def test_a_held_call_starts_when_a_running_one_finishes_and_keeps_its_wait(world
     # A call never held says nothing of it.
     first_running = OutboxEvent.objects.get(aggregate_id=first.pk, event_type="ServiceCallRunning")
     assert "heldMs" not in first_running.event_payload["payload"]
+
+
+def test_the_flow_loops_look_for_held_calls_sees_them_and_only_them(world):
+    """any_held, the flow loop's look 50 times a second (a statement written once per process)."""
+    first = make_call(name="first", due_in=60)
+    assert not any_held()  # Scheduled, not held
+    ServiceCall.objects.filter(pk=first.pk).update(held_since=utcnow(), held_queue="example.test")
+    assert any_held()
+    ServiceCall.objects.filter(pk=first.pk).update(held_since=None, held_queue="")
+    assert not any_held()
 
 
 def test_held_calls_go_first_in_due_order(world):

@@ -128,3 +128,26 @@ def test_append_refuses_to_run_outside_a_transaction(transactional_db):
                 )
             ]
         )
+
+
+def test_the_idle_look_sees_only_claimable_unpublished_events(db, world):
+    """The idle dispatcher's look (claimable_exist, a statement written once per process) says
+    yes exactly when the ORM's `_claimable` finds an unpublished row."""
+    from outbox.dispatcher import _claimable, claimable_exist
+
+    def orm(now):
+        return OutboxEvent.objects.filter(_claimable(now), published_at__isnull=True).exists()
+
+    now = utcnow()
+    assert claimable_exist(now) is orm(now) is False
+    make_event(published_days_ago=1)
+    assert claimable_exist(now) is orm(now) is False
+    event = make_event()
+    for changes, claimable in [
+        ({"next_attempt_at": now + timedelta(seconds=30)}, False),  # backing off
+        ({"next_attempt_at": now - timedelta(seconds=1), "locked_until": now + timedelta(seconds=30)}, False),
+        ({"locked_until": now - timedelta(seconds=1)}, True),  # its lease ran out
+        ({"next_attempt_at": None, "locked_until": None}, True),
+    ]:
+        OutboxEvent.objects.filter(pk=event.pk).update(**changes)
+        assert claimable_exist(now) is orm(now) is claimable, changes

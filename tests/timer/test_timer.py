@@ -73,3 +73,25 @@ def test_the_due_query_uses_the_partial_pending_index(world):
     assert "USING INDEX timer_schedules_pending" in plan, plan
     assert "TEMP B-TREE" not in plan, plan
     assert len(due) == 1
+
+
+def test_the_feed_reads_what_the_orm_reads_with_aware_due_times(world):
+    """The feed's statement is written once per process (core.db.sql_query): it must give the
+    rows, order and values of the ORM query it replaces, due times aware in UTC (the heap
+    orders by their timestamp), on the full refresh and on the incremental feed."""
+    calls = [make_call("acme" if n % 2 else "globex", name=f"c{n}", due_in=60 - n) for n in range(6)]
+    reached = TimerSchedule.objects.get(service_call=calls[0])
+    timers_mark_reached(ids=[reached.pk])
+    until = datetime.now(UTC) + timedelta(seconds=58)  # leaves out the two due latest
+    pending = TimerSchedule.objects.filter(state=TimerSchedule.State.SCHEDULED, due_at__lte=until)
+    fields = ("id", "tenant_id", "service_call_id", "due_at", "correlation_id")
+
+    full = timers_due_before(until=until)
+    assert [tuple(vars(t).values()) for t in full] == list(pending.order_by("due_at").values_list(*fields))
+    assert len(full) == 4 and all(t.due_at.utcoffset() == timedelta(0) for t in full)
+
+    after = min(t.id for t in full)
+    new = timers_due_before(until=until, after_id=after, limit=2)
+    assert [tuple(vars(t).values()) for t in new] == list(
+        pending.filter(id__gt=after).order_by("id").values_list(*fields)[:2]
+    )
