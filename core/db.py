@@ -13,7 +13,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
@@ -84,10 +84,11 @@ def db_uuid(value: Any) -> uuid.UUID:
 
 
 def db_datetime(value: Any) -> datetime:
-    """A datetime column's value as read, aware in UTC (SQLite gives it naive, or as text)."""
+    """A datetime column's value as read, aware (SQLite gives it naive, in the connection's
+    time zone, or as text)."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return value if value.tzinfo is not None else value.replace(tzinfo=connections[DEFAULT_DB_ALIAS].timezone)
 
 
 # Guards the writes to the statement caches (_SELECTS, _INSERTS).

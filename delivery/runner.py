@@ -153,17 +153,21 @@ class Deliverer:
         self.pool.shutdown(wait=False, cancel_futures=True)
         cancelled = [notification for future, notification in queued.items() if future.cancelled()]
         if cancelled:
+            with self._lock:
+                self.in_flight -= len(cancelled)
+                self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
+                self.in_flight_by_subscription += Counter()  # drop the zeros
             try:
                 with self.write_guard():
                     notifications_release(notifications=cancelled)
-            finally:
-                with self._lock:
-                    self.in_flight -= len(cancelled)
-                    self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
-                    self.in_flight_by_subscription += Counter()  # drop the zeros
+            except Exception:  # left to their lease; the tries out are still waited for
+                logger.exception("giving back %d untried deliveries failed", len(cancelled))
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            self.record_ready()
+            try:
+                self.record_ready()
+            except Exception:  # these are left to their lease; the others are still recorded
+                logger.exception("recording delivery tries at stop failed")
             left = None if deadline is None else deadline - time.monotonic()
             if self.idle() or (left is not None and left <= 0):
                 break

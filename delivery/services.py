@@ -401,9 +401,9 @@ def notifications_claim(
             set_constants={"locked_until": lease, "next_attempt_at": lease},
         )
         # What a try and its recording read (delivery/senders.py, notifications_record); each
-        # subscription is loaded once, not once per notification. Already locked by this
-        # transaction (the claim's FOR UPDATE), so none is skipped.
-        claimed = rows_by_key(Notification, keys=chosen, fields=_TRIED_FIELDS, skip_locked=True)
+        # subscription is loaded once, not once per notification. The rows are already locked
+        # by this transaction (the claim's FOR UPDATE).
+        claimed = rows_by_key(Notification, keys=chosen, fields=_TRIED_FIELDS)
         subscriptions = {
             row.pk: row for row in rows_by_key(Subscription, keys=list({n.subscription_id for n in claimed}))
         }

@@ -21,6 +21,7 @@ Several engines (processes, clusters, hosts) run at once: every claim is a condi
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import sys
 import threading
@@ -172,6 +173,8 @@ class Engine:
         # Due calls whose start failed in the backlog loop, until when they are left aside.
         self._set_aside: dict = {}
         self.stop_event = threading.Event()
+        # When a stopping engine stops waiting for its threads (Engine.stop).
+        self._stop_deadline = math.inf
         self.recorder = RunRecorder(session_id=keeper.session_id)
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="attempt")
         self.results: queue.Queue[tuple[Attempt, Outcome]] = queue.Queue()
@@ -251,8 +254,8 @@ class Engine:
         """Stop taking work, let in-flight attempts finish (bounded), record, close the session."""
         if self.stop_event.is_set():
             return
+        deadline = self._stop_deadline = time.monotonic() + drain_seconds
         self.stop_event.set()
-        deadline = time.monotonic() + drain_seconds
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -530,9 +533,11 @@ class Engine:
                 else:
                     deliverer.wait(idle)
         finally:
-            # The tries out come back and are recorded, within a bound (Engine.stop waits as
-            # long for this thread); one still out then is sent again after its lease.
-            deliverer.stop(timeout=DELIVERY_STOP_SECONDS)
+            # The tries out come back and are recorded, within a bound and within the engine's
+            # (Engine.stop waits that long for this thread); one still out then is sent again
+            # after its lease.
+            left = self._stop_deadline - time.monotonic()
+            deliverer.stop(timeout=max(0.0, min(DELIVERY_STOP_SECONDS, left)))
 
     def _may_deliver(self) -> bool:
         """The events home delivers whenever notifications are due; every other engine only

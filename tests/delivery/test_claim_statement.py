@@ -7,16 +7,18 @@ subscription, subscriptions left out for their cap, and later events behind an o
 from __future__ import annotations
 
 import random
+import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from core.db import rows_by_key
 from core.ids import utcnow
 from delivery.models import Notification, Subscription
-from delivery.services import _due_keys, subscription_create
+from delivery.selectors import OPEN_STATES, notifications_due_exist
+from delivery.services import _due_keys, subscription_create, subscription_send_test
 from delivery.validation import SubscriptionInput
 from outbox.dispatcher import dispatch_batch
 from tests.support.factories import make_call
@@ -57,13 +59,15 @@ def mixed(world):
     Subscription.objects.filter(pk=hooks[1].pk).update(enabled=False)
     now = utcnow()
     rng = random.Random(7)
-    for notification in Notification.objects.all():
+    for i, notification in enumerate(Notification.objects.all()):
         kind = rng.choice(["due", "due", "leased", "lease over", "later", "done"])
+        # Every due time differs (no ties in the claim's order, so a limit cuts at one place).
+        due = now - timedelta(seconds=rng.randint(1, 50), milliseconds=i)
         changes = {
-            "due": {"next_attempt_at": now - timedelta(seconds=rng.randint(1, 50))},
-            "leased": {"next_attempt_at": now - timedelta(seconds=5), "locked_until": now + timedelta(seconds=30)},
-            "lease over": {"next_attempt_at": now - timedelta(seconds=5), "locked_until": now - timedelta(seconds=1)},
-            "later": {"next_attempt_at": now + timedelta(seconds=60)},
+            "due": {"next_attempt_at": due},
+            "leased": {"next_attempt_at": due, "locked_until": now + timedelta(seconds=30)},
+            "lease over": {"next_attempt_at": due, "locked_until": now - timedelta(seconds=1)},
+            "later": {"next_attempt_at": now + timedelta(seconds=60, milliseconds=i)},
             "done": {"next_attempt_at": None, "state": Notification.State.SUCCEEDED},
         }[kind]
         Notification.objects.filter(pk=notification.pk).update(**changes)
@@ -86,6 +90,24 @@ def test_it_picks_the_rows_of_the_orm_query_in_its_order(db, mixed, limit, left_
         assert {sub for _, sub in want} - {hooks[1].pk} == {sub for _, sub in want}  # the disabled one: never
 
 
+def test_the_idle_look_answers_as_the_orm_query_does(db, mixed):
+    """notifications_due_exist, the delivery loop's look 20 times a second."""
+    hooks, now = mixed
+
+    def orm(at):
+        return Notification.objects.filter(
+            Q(locked_until__isnull=True) | Q(locked_until__lte=at),
+            state__in=OPEN_STATES,
+            next_attempt_at__lte=at,
+            subscription__enabled=True,
+        ).exists()
+
+    moments = [now - timedelta(seconds=60), now, now + timedelta(seconds=90)]
+    assert [notifications_due_exist(now=at) for at in moments] == [orm(at) for at in moments] == [False, True, True]
+    Subscription.objects.update(enabled=False)
+    assert notifications_due_exist(now=now) is orm(now) is False
+
+
 def test_rows_by_key_loads_every_field_or_the_named_ones_and_refuses_a_condition_it_cannot_write(db, world):
     hook = subscription_create(tenant_id="acme", data=SubscriptionInput(kind="webhook", name="h", url="http://x/"))[0]
     [whole] = rows_by_key(Subscription, keys=[hook.pk])
@@ -96,3 +118,60 @@ def test_rows_by_key_loads_every_field_or_the_named_ones_and_refuses_a_condition
     for where in ({"enabled": None}, {"created_at__gt": utcnow()}):
         with pytest.raises(ValueError, match="is not an = or <= of a value"):
             rows_by_key(Subscription, keys=[hook.pk], where=where)
+
+
+def _in_another_connection(work):
+    """Run `work` in a thread of its own (its own connection); returns its result."""
+    result: list = []
+
+    def run() -> None:
+        try:
+            result.append(work())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    return result[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_notification_another_claim_holds_is_skipped_and_the_subscription_stays_unlocked(world):
+    hook = subscription_create(tenant_id="acme", data=SubscriptionInput(kind="webhook", name="h", url="http://x/"))[0]
+    held, free = (subscription_send_test(tenant_id="acme", subscription_id=hook.pk) for _ in range(2))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(Notification.objects.select_for_update().filter(pk=held.pk))
+                holding.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with transaction.atomic():
+            keys = _due_keys(now=utcnow(), excluded=[], limit=10)
+            assert keys == [(free.pk, hook.pk)]  # skipped, not waited for
+
+            # The candidate is locked by this transaction; its subscription is not.
+            assert not _in_another_connection(lambda: _locks_at_once(Notification, free.pk))
+            assert _in_another_connection(lambda: _locks_at_once(Subscription, hook.pk))
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def _locks_at_once(model, pk) -> bool:
+    try:
+        with transaction.atomic():
+            list(model.objects.select_for_update(nowait=True).filter(pk=pk))
+        return True
+    except DatabaseError:
+        return False

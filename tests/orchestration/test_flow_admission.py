@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from core.ids import utcnow
 from execution.outcomes import ErrorKind, Outcome
@@ -89,13 +90,16 @@ def test_a_held_call_starts_when_a_running_one_finishes_and_keeps_its_wait(world
 
 
 def test_the_flow_loops_look_for_held_calls_sees_them_and_only_them(world):
-    """any_held, the flow loop's look 50 times a second (a statement written once per process)."""
+    """any_held, the flow loop's look 50 times a second (a statement written once per process),
+    answers as the ORM's query of held calls does."""
+    from orchestration.admission import _held
+
     first = make_call(name="first", due_in=60)
-    assert not any_held()  # Scheduled, not held
+    assert any_held() is _held().exists() is False  # Scheduled, not held
     ServiceCall.objects.filter(pk=first.pk).update(held_since=utcnow(), held_queue="example.test")
-    assert any_held()
+    assert any_held() is _held().exists() is True
     ServiceCall.objects.filter(pk=first.pk).update(held_since=None, held_queue="")
-    assert not any_held()
+    assert any_held() is _held().exists() is False
 
 
 def test_held_calls_go_first_in_due_order(world):
@@ -223,6 +227,7 @@ def test_held_ms_counts_the_wait_in_progress(world):
     assert held_ms_of(row, now=row.held_since + timedelta(seconds=2)) == 2000
 
 
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
 def test_the_reads_of_held_calls_use_the_held_index(world):
     make_flow_control("acme", parallelism=1)
     rows = calls(4)
