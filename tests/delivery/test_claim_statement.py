@@ -7,11 +7,10 @@ subscription, subscriptions left out for their cap, and later events behind an o
 from __future__ import annotations
 
 import random
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from core.db import rows_by_key
@@ -22,6 +21,7 @@ from delivery.services import _due_keys, subscription_create, subscription_send_
 from delivery.validation import SubscriptionInput
 from outbox.dispatcher import dispatch_batch
 from tests.support.factories import make_call
+from tests.support.locks import in_another_connection, locks_at_once, row_locked_elsewhere
 
 
 def orm_due_keys(*, now, excluded, limit):
@@ -120,58 +120,15 @@ def test_rows_by_key_loads_every_field_or_the_named_ones_and_refuses_a_condition
             rows_by_key(Subscription, keys=[hook.pk], where=where)
 
 
-def _in_another_connection(work):
-    """Run `work` in a thread of its own (its own connection); returns its result."""
-    result: list = []
-
-    def run() -> None:
-        try:
-            result.append(work())
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(10)
-    return result[0]
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_notification_another_claim_holds_is_skipped_and_the_subscription_stays_unlocked(world):
     hook = subscription_create(tenant_id="acme", data=SubscriptionInput(kind="webhook", name="h", url="http://x/"))[0]
     held, free = (subscription_send_test(tenant_id="acme", subscription_id=hook.pk) for _ in range(2))
-    holding, release = threading.Event(), threading.Event()
+    with row_locked_elsewhere(Notification, held.pk), transaction.atomic():
+        keys = _due_keys(now=utcnow(), excluded=[], limit=10)
+        assert keys == [(free.pk, hook.pk)]  # skipped, not waited for
 
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                list(Notification.objects.select_for_update().filter(pk=held.pk))
-                holding.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(10)
-        with transaction.atomic():
-            keys = _due_keys(now=utcnow(), excluded=[], limit=10)
-            assert keys == [(free.pk, hook.pk)]  # skipped, not waited for
-
-            # The candidate is locked by this transaction; its subscription is not.
-            assert not _in_another_connection(lambda: _locks_at_once(Notification, free.pk))
-            assert _in_another_connection(lambda: _locks_at_once(Subscription, hook.pk))
-    finally:
-        release.set()
-        holder.join(10)
-
-
-def _locks_at_once(model, pk) -> bool:
-    try:
-        with transaction.atomic():
-            list(model.objects.select_for_update(nowait=True).filter(pk=pk))
-        return True
-    except DatabaseError:
-        return False
+        # The candidate is locked by this transaction; its subscription is not.
+        assert not in_another_connection(lambda: locks_at_once(Notification, free.pk))
+        assert in_another_connection(lambda: locks_at_once(Subscription, hook.pk))

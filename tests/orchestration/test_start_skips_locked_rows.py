@@ -5,16 +5,15 @@ only what is Scheduled and due, of the tenant named in its key."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
 
 from core.ids import utcnow
 from orchestration.models import ServiceCall
 from orchestration.services import CallKey, service_calls_start
 from tests.support.factories import make_call
+from tests.support.locks import row_locked_elsewhere
 
 
 def due_call(name: str, tenant_id: str = "acme") -> ServiceCall:
@@ -48,27 +47,9 @@ def test_it_starts_only_due_scheduled_calls_of_the_tenant_in_their_key(db, world
 @pytest.mark.django_db(transaction=True)
 def test_a_call_another_transaction_holds_is_skipped_and_started_after(world):
     call = due_call("held")
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        try:
-            with transaction.atomic():
-                list(ServiceCall.objects.select_for_update().filter(pk=call.pk))
-                holding.set()
-                release.wait(10)
-                transaction.set_rollback(True)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(10)
+    with row_locked_elsewhere(ServiceCall, call.pk):
         assert service_calls_start(keys=[CallKey("acme", call.pk)]) == []  # skipped, not waited for
         assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.SCHEDULED
-    finally:
-        release.set()
-        holder.join(10)
     [started] = service_calls_start(keys=[CallKey("acme", call.pk)])
     assert started.service_call_id == call.pk
     assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.RUNNING
