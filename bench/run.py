@@ -161,6 +161,7 @@ class Run:
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.used_redis = False
         self.delivery: agent.Delivery | None = None
+        self.workers: Child | None = None
 
     # -- phases -----------------------------------------------------------------------------
     def phase(self, name: str, body: Callable[[], None]) -> None:
@@ -240,7 +241,7 @@ class Run:
 
     def agent_workers(self, env: dict[str, str]) -> None:
         s = self.sizes
-        workers = agent.start_workers(self.children, env)
+        workers = self.workers = agent.start_workers(self.children, env)
         try:
             self.results["agent"]["idle_cpu_percent"] = agent.idle_cpu_percent(workers, seconds=s["idle_seconds"])
             if "lateness" in self.only:
@@ -259,6 +260,8 @@ class Run:
                     window=lambda: self.profiled("drain", workers),
                     delivery=self.delivery,
                 )
+                if self.delivery is not None:
+                    self.phase("drain_plain", lambda: self.drain_without_subscribers())
                 if self.postgres is not None:
                     self.phase("drain_two", lambda: self.drain_two_clusters(workers, env))
             if "submission" in self.only:
@@ -274,6 +277,17 @@ class Run:
                 )
         finally:
             self.children.stop(workers)
+
+    def drain_without_subscribers(self) -> None:
+        """The same drain for a tenant nobody subscribes to: the calls' own cost and rate, as
+        the drain was measured before it delivered events (the targets' reference)."""
+        self.results["agent"]["drain_plain"] = agent.drain(
+            url=self.target_url,
+            count=self.sizes["drain"],
+            lead=self.sizes["drain_lead"],
+            window=lambda: self.profiled("drain_plain", self.workers),
+            tenant=agent.DRAIN_TENANT + "-plain",
+        )
 
     def drain_two_clusters(self, first: Child, env: dict[str, str]) -> None:
         """The same drain, another tenant, with a second `manage.py qcluster` (Q_WORKERS=2 as
@@ -606,6 +620,20 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 ("yes" if missing == 0 else f"NO ({missing:,} missing)") + scope,
                 target=verdict(missing == 0, "all of them"),
             )
+        plain = a.get("drain_plain")
+        if plain:
+            rate_plain = plain.get("rate_terminal")
+            add("drain without subscribers: rate all terminal (/s)", rate_plain, target=versus(rate_plain), digits=0)
+            if "drain_plain" in cpu:
+                per_plain = cpu["drain_plain"] * 1000 / plain["calls"]
+                add(
+                    "CPU per drained call without subscribers (ms)",
+                    per_plain,
+                    bare=per_request,
+                    target=verdict(per_plain < CPU_PER_DRAINED_CALL_MS, f"< {CPU_PER_DRAINED_CALL_MS} ms"),
+                    digits=2,
+                )
+            add("outbox lag p99 without subscribers (ms)", get(plain, "outbox_lag_ms", "p99"))
     two = a.get("drain_two")
     if two:
         one = a.get("drain") or {}
