@@ -108,20 +108,28 @@ class WriteGate:
     SQLite's busy handler (1, 2, 5, 10 ... 100 ms steps) while others take it in turn: the
     timer loop's start of a due call could wait hundreds of milliseconds behind the
     recorder and the dispatcher of its own process. Waiting here instead wakes a thread the
-    moment the lock is free, and an urgent (timer) waiter goes before the others. On
-    PostgreSQL it only orders this process's writers, which costs next to nothing.
+    moment the lock is free, and an urgent (timer) waiter goes before the others, then an
+    early one (the outbox dispatcher: every delivery waits for its fan-out) at every other
+    slot while others wait, then the rest in arrival order. On PostgreSQL it only orders this process's writers, which costs next to
+    nothing.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._busy = False
         self._urgent = 0
-        # Others go in arrival order, so the recorder and the dispatcher take turns.
+        self._early = 0
+        # The others go in arrival order, so the recorder and the delivery loop take turns.
         self._next_ticket = 0
         self._serving = 0
+        self._waiting = 0
+        # Whether the last slot went to an early waiter: while others wait, an early waiter
+        # gets every other slot at most (a dispatcher with a long backlog never shuts out the
+        # recorder and the starts of its process).
+        self._last_early = False
 
     @contextmanager
-    def slot(self, *, urgent: bool = False) -> Iterator[None]:
+    def slot(self, *, urgent: bool = False, early: bool = False) -> Iterator[None]:
         with self._cond:
             if urgent:
                 self._urgent += 1
@@ -130,13 +138,27 @@ class WriteGate:
                         self._cond.wait()
                 finally:
                     self._urgent -= 1
+            elif early:
+                self._early += 1
+                try:
+                    while self._busy or self._urgent or (self._last_early and self._waiting):
+                        self._cond.wait()
+                finally:
+                    self._early -= 1
             else:
                 ticket = self._next_ticket
                 self._next_ticket += 1
-                while self._busy or self._urgent or ticket != self._serving:
-                    self._cond.wait()
+                self._waiting += 1
+                try:
+                    while (
+                        self._busy or self._urgent or (self._early and not self._last_early) or ticket != self._serving
+                    ):
+                        self._cond.wait()
+                finally:
+                    self._waiting -= 1
                 self._serving += 1
             self._busy = True
+            self._last_early = early
         try:
             yield
         finally:
@@ -146,6 +168,9 @@ class WriteGate:
 
     def urgent(self) -> AbstractContextManager[None]:
         return self.slot(urgent=True)
+
+    def early(self) -> AbstractContextManager[None]:
+        return self.slot(early=True)
 
 
 class Engine:
@@ -491,7 +516,8 @@ class Engine:
         while not self.stop_event.is_set():
             started = time.monotonic()
             try:
-                published = dispatch_batch(limit=limit, write_guard=self.gate.slot)
+                # Ahead of the other writers but the timer: the deliveries wait for its fan-out.
+                published = dispatch_batch(limit=limit, write_guard=self.gate.early)
             except Exception as exc:
                 logger.exception("outbox dispatch failed")
                 self._record_run("dispatch", started=started, items=0, error=exc)
