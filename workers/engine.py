@@ -513,11 +513,14 @@ class Engine:
         limit = min(settings.OUTBOX_BATCH_SIZE, DISPATCH_CHUNK)
         with self.gate.slot():
             nats_subscription_ensure()
+        published = 0
         while not self.stop_event.is_set():
             started = time.monotonic()
+            # Behind (its last batch was full): ahead of the other writers but the timer, as
+            # every delivery waits for its fan-out; caught up, in turn with them.
+            guard = self.gate.early if published >= limit else self.gate.slot
             try:
-                # Ahead of the other writers but the timer: the deliveries wait for its fan-out.
-                published = dispatch_batch(limit=limit, write_guard=self.gate.early)
+                published = dispatch_batch(limit=limit, write_guard=guard)
             except Exception as exc:
                 logger.exception("outbox dispatch failed")
                 self._record_run("dispatch", started=started, items=0, error=exc)
