@@ -110,8 +110,8 @@ class WriteGate:
     recorder and the dispatcher of its own process. Waiting here instead wakes a thread the
     moment the lock is free, and an urgent (timer) waiter goes before the others, then an
     early one (the outbox dispatcher: every delivery waits for its fan-out) at every other
-    slot while others wait, then the rest in arrival order. On PostgreSQL it only orders this process's writers, which costs next to
-    nothing.
+    slot while others wait, then the rest in arrival order. On PostgreSQL it only orders this
+    process's writers, which costs next to nothing.
     """
 
     def __init__(self) -> None:
