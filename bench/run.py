@@ -161,7 +161,6 @@ class Run:
         self.stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.used_redis = False
         self.delivery: agent.Delivery | None = None
-        self.workers: Child | None = None
 
     # -- phases -----------------------------------------------------------------------------
     def phase(self, name: str, body: Callable[[], None]) -> None:
@@ -241,7 +240,7 @@ class Run:
 
     def agent_workers(self, env: dict[str, str]) -> None:
         s = self.sizes
-        workers = self.workers = agent.start_workers(self.children, env)
+        workers = agent.start_workers(self.children, env)
         try:
             self.results["agent"]["idle_cpu_percent"] = agent.idle_cpu_percent(workers, seconds=s["idle_seconds"])
             if "lateness" in self.only:
@@ -261,7 +260,7 @@ class Run:
                     delivery=self.delivery,
                 )
                 if self.delivery is not None:
-                    self.phase("drain_plain", lambda: self.drain_without_subscribers())
+                    self.phase("drain_plain", lambda: self.drain_without_subscribers(workers))
                 if self.postgres is not None:
                     self.phase("drain_two", lambda: self.drain_two_clusters(workers, env))
             if "submission" in self.only:
@@ -278,14 +277,14 @@ class Run:
         finally:
             self.children.stop(workers)
 
-    def drain_without_subscribers(self) -> None:
+    def drain_without_subscribers(self, workers: Child) -> None:
         """The same drain for a tenant nobody subscribes to: the calls' own cost and rate, as
         the drain was measured before it delivered events (the targets' reference)."""
         self.results["agent"]["drain_plain"] = agent.drain(
             url=self.target_url,
             count=self.sizes["drain"],
             lead=self.sizes["drain_lead"],
-            window=lambda: self.profiled("drain_plain", self.workers),
+            window=lambda: self.profiled("drain_plain", workers),
             tenant=agent.DRAIN_TENANT + "-plain",
         )
 

@@ -33,6 +33,10 @@ def take_turn(name: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
 
 
+# Guards the writes to the statement caches (_QUERIES, _SELECTS, _INSERTS).
+_STATEMENTS_LOCK = threading.Lock()
+
+
 class _Names:
     """A model's quoted names for sql_query's templates: str() is its table, an attribute its
     field's column ({c.due_at}, {n.subscription})."""
@@ -64,7 +68,8 @@ def sql_query(template: str, params: Sequence[Any] = (), **models: type[Model]) 
     if sql is None:
         quote = conn.ops.quote_name
         sql = template.format(**{name: _Names(model, quote) for name, model in models.items()})
-        _QUERIES[key] = sql  # a race formats the same statement twice: harmless
+        with _STATEMENTS_LOCK:
+            _QUERIES[key] = sql
     with conn.cursor() as cursor:
         cursor.execute(sql, [_adapt(conn, value) for value in params])
         return cursor.fetchall()
@@ -91,8 +96,6 @@ def db_datetime(value: Any) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=connections[DEFAULT_DB_ALIAS].timezone)
 
 
-# Guards the writes to the statement caches (_SELECTS, _INSERTS).
-_STATEMENTS_LOCK = threading.Lock()
 # SELECT statements of `rows_by_key` by model, fields, key count, conditions, lock and vendor.
 _SELECTS: dict[tuple[Any, ...], str] = {}
 _KEY_OPERATORS = {"exact": "=", "lte": "<="}
