@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
-from core.db import db_uuid, insert_many, rows_by_key, sql_query, update_many
+from core.db import db_datetime, db_uuid, insert_many, rows_by_key, sql_query, update_many
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -312,12 +312,7 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
     many were made."""
     if not events:
         return 0
-    tenants = {event.envelope["tenantId"] for event in events}
-    subscriptions = list(
-        Subscription.objects.filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True)).only(
-            "subscription_id", "tenant_id", "event_types", "created_at"
-        )
-    )
+    subscriptions = _fan_out_subscriptions(sorted({event.envelope["tenantId"] for event in events}))
     if not subscriptions:
         return 0
     now = utcnow()
@@ -345,7 +340,34 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
     return len(rows)
 
 
-def _matches(subscription: Subscription, event: FanoutEvent) -> bool:
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What the fan-out reads of a subscription."""
+
+    subscription_id: uuid.UUID
+    tenant_id: str | None
+    event_types: list[str]
+    created_at: datetime
+
+
+def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
+    """The subscriptions of `tenant_ids` and the operator-wide ones: the ORM's
+    `filter(Q(tenant_id__in=...) | Q(tenant__isnull=True))`, written once per process
+    (core.db.sql_query), as the dispatcher runs it for every batch inside its write transaction."""
+    keys = ", ".join(["%s"] * len(tenant_ids))
+    event_types = Subscription._meta.get_field("event_types")
+    return [
+        _Target(db_uuid(pk), tenant_id, event_types.from_db_value(types, None, connection), db_datetime(created_at))
+        for pk, tenant_id, types, created_at in sql_query(
+            "SELECT {s.subscription_id}, {s.tenant}, {s.event_types}, {s.created_at} FROM {s} "
+            f"WHERE {{s.tenant}} IN ({keys}) OR {{s.tenant}} IS NULL",
+            tenant_ids,
+            s=Subscription,
+        )
+    ]
+
+
+def _matches(subscription: _Target, event: FanoutEvent) -> bool:
     if subscription.tenant_id is not None and subscription.tenant_id != event.envelope["tenantId"]:
         return False
     if subscription.event_types and event.envelope["type"] not in subscription.event_types:

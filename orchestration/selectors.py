@@ -7,9 +7,10 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.db.models import Prefetch, QuerySet
 
-from core.db import sql_query
+from core.db import db_uuid, sql_query
 from core.errors import NotFound
 from orchestration.models import ServiceCall, ServiceCallTag
 
@@ -86,8 +87,27 @@ def service_calls_overdue_exist(*, due_before: datetime, exclude: Collection[uui
 
 
 def service_calls_overdue(
-    *, due_before: datetime, limit: int, exclude: Collection[uuid.UUID] = ()
+    *, due_before: datetime, limit: int, exclude: Collection[uuid.UUID] = (), lock: bool = False
 ) -> list[tuple[str, uuid.UUID]]:
-    """(tenant_id, service_call_id) of such calls, oldest due first."""
-    rows = startable_due(due_before).exclude(pk__in=list(exclude)).order_by("due_at")
-    return list(rows.values_list("tenant_id", "service_call_id")[:limit])
+    """(tenant_id, service_call_id) of such calls, oldest due first. With `lock`, inside the
+    caller's transaction, the rows are locked for their start, skipping those another
+    transaction holds (PostgreSQL; on SQLite the write transaction keeps other writers out).
+
+    What `startable_due(due_before).exclude(pk__in=exclude).order_by("due_at")[:limit]` (with
+    `.select_for_update(skip_locked=True)`) runs, written once per process: the backlog loops
+    run it inside the start's write transaction, for every chunk of a burst."""
+    exclude = list(exclude)
+    not_excluded = f" AND NOT ({{c.service_call_id}} IN ({', '.join(['%s'] * len(exclude))}))" if exclude else ""
+    locked = " FOR UPDATE SKIP LOCKED" if lock and connection.features.has_select_for_update_skip_locked else ""
+    return [
+        (tenant_id, db_uuid(pk))
+        for tenant_id, pk in sql_query(
+            "SELECT {c.tenant_id}, {c.service_call_id} FROM {c} "
+            "WHERE {c.status} = %s AND {c.due_at} <= %s AND {c.held_since} IS NULL"
+            + not_excluded
+            + " ORDER BY {c.due_at} LIMIT %s"
+            + locked,
+            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude, limit],
+            c=ServiceCall,
+        )
+    ]

@@ -19,7 +19,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
 
 from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, rows_by_key, update_many
 from core.errors import Conflict, NotFound
@@ -30,7 +29,7 @@ from orchestration.admission import admit, held_since_cleared_on_cancel, release
 from orchestration.flow import target_host
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
 from orchestration.retries import RetryPolicy, next_attempt_at, should_retry
-from orchestration.selectors import startable_due
+from orchestration.selectors import service_calls_overdue, startable_due
 from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, PreparedEvents, outbox_append, outbox_prepare
@@ -325,9 +324,13 @@ def service_calls_start_overdue(
         return []
     with transaction.atomic():
         now = utcnow()
-        due = startable_due(min(now, due_before)).exclude(pk__in=list(exclude))
-        rows = list(_for_start(due).order_by("due_at")[:limit])
-        return _start_rows(rows, now=now)
+        keys = [
+            pk
+            for _, pk in service_calls_overdue(due_before=min(now, due_before), limit=limit, exclude=exclude, lock=True)
+        ]
+        # Locked above (or under SQLite's write lock): read by key, in due order.
+        rows = {row.service_call_id: row for row in rows_by_key(ServiceCall, keys=keys, fields=_START_FIELDS)}
+        return _start_rows([rows[pk] for pk in keys if pk in rows], now=now)
 
 
 # The fields a start reads.
@@ -343,12 +346,6 @@ _START_FIELDS = (
     "held_queue",
     "held_ms",
 )
-
-
-def _for_start(calls: QuerySet[ServiceCall]) -> QuerySet[ServiceCall]:
-    """The calls locked for their start (skipping rows another transaction holds), with the
-    fields the start reads."""
-    return calls.select_for_update(skip_locked=True).only(*_START_FIELDS)
 
 
 def _start_rows(rows: list[ServiceCall], *, now: datetime) -> list[StartedCall]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from core.db import PreparedInsert, insert_prepare, update_many
+from core.db import PreparedInsert, insert_prepare, sql_query, update_many
 from core.ids import epoch_ms, new_id
 from outbox.models import OutboxEvent, OutboxFeedCounter
 
@@ -93,40 +93,57 @@ def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
     """
     if not connection.in_atomic_block:
         raise RuntimeError("outbox_mark_published must run inside the settling transaction")
-    ids = list(ids)
+    ids = sorted(ids)
     if not ids:
         return 0
     # Locks the rows first: whoever numbers them after us sees feed_seq set and skips them.
-    marked = OutboxEvent.objects.filter(pk__in=ids).update(published_at=at, locked_until=None)
-    unnumbered = list(
-        OutboxEvent.objects.filter(pk__in=ids, feed_seq__isnull=True).order_by("id").values_list("pk", "tenant_id")
+    # Statements written once per process (core.db.sql_query), not compiled for every batch:
+    # the dispatcher runs this inside the write transaction the starts of due calls wait for.
+    keys = ", ".join(["%s"] * len(ids))
+    marked = sql_query(
+        "UPDATE {o} SET {o.published_at} = %s, {o.locked_until} = NULL "
+        f"WHERE {{o.id}} IN ({keys}) RETURNING {{o.id}}, {{o.tenant_id}}, {{o.feed_seq}}",
+        [at, *ids],
+        o=OutboxEvent,
     )
+    unnumbered = sorted((pk, tenant_id) for pk, tenant_id, feed_seq in marked if feed_seq is None)
     if not unnumbered:
-        return marked
+        return len(marked)
     tenant_ids = sorted({tenant_id for _, tenant_id in unnumbered})
-    OutboxFeedCounter.objects.bulk_create(
-        [OutboxFeedCounter(tenant_id=tenant_id) for tenant_id in tenant_ids], ignore_conflicts=True
-    )
-    counters = {
-        counter.tenant_id: counter
-        for counter in OutboxFeedCounter.objects.select_for_update()
-        .filter(tenant_id__in=tenant_ids)
-        .order_by("tenant_id")
-    }
+    last_seq = _feed_counters_locked(tenant_ids)
     numbered = []
     for pk, tenant_id in unnumbered:
-        counter = counters[tenant_id]
-        counter.last_seq += 1
-        numbered.append((counter.last_seq, pk))
+        last_seq[tenant_id] += 1
+        numbered.append((last_seq[tenant_id], pk))
     # One prepared UPDATE run per row: bulk_update would build a CASE of every row per batch.
     update_many(OutboxEvent, set_fields=("feed_seq",), where_fields=("id",), rows=numbered)
     update_many(
         OutboxFeedCounter,
         set_fields=("last_seq",),
         where_fields=("tenant_id",),
-        rows=[(counter.last_seq, counter.tenant_id) for counter in counters.values()],
+        rows=[(seq, tenant_id) for tenant_id, seq in last_seq.items()],
     )
-    return marked
+    return len(marked)
+
+
+def _feed_counters_locked(tenant_ids: list[str]) -> dict[str, int]:
+    """{tenant: last feed number} of `tenant_ids` (sorted), their counter rows locked in tenant
+    order until the caller commits (so two dispatchers never deadlock); a tenant's first event
+    makes its row."""
+    keys = ", ".join(["%s"] * len(tenant_ids))
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    select = (
+        f"SELECT {{c.tenant_id}}, {{c.last_seq}} FROM {{c}} WHERE {{c.tenant_id}} IN ({keys}) "
+        "ORDER BY {c.tenant_id}" + lock
+    )
+    counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
+    if len(counters) < len(tenant_ids):
+        OutboxFeedCounter.objects.bulk_create(
+            [OutboxFeedCounter(tenant_id=tenant_id) for tenant_id in tenant_ids if tenant_id not in counters],
+            ignore_conflicts=True,
+        )
+        counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
+    return counters
 
 
 def outbox_publish_again(*, ids: Sequence[int]) -> int:

@@ -3,16 +3,36 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from functools import lru_cache
 from typing import Any, Protocol, runtime_checkable
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from outbox.models import OutboxEvent
-
 event_log = logging.getLogger("serviceagent.events")
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedEvent:
+    """An outbox row as the dispatcher claims it (outbox/dispatcher.py): the columns the sinks
+    and the dispatcher read, without a model instance built per row."""
+
+    id: int
+    event_id: uuid.UUID
+    tenant_id: str
+    aggregate_id: uuid.UUID
+    event_type: str
+    event_payload: dict[str, Any]  # the envelope (docs/schema.md, 'The event envelope')
+    created_at: datetime
+    attempts: int
+
+    @property
+    def pk(self) -> int:
+        return self.id
 
 
 class Sink(Protocol):
@@ -34,7 +54,7 @@ class BatchSink(Protocol):
     name: str
     in_transaction: bool
 
-    def publish_events(self, events: Sequence[OutboxEvent]) -> None:
+    def publish_events(self, events: Sequence[ClaimedEvent]) -> None:
         """Raise to have the whole batch retried later; must be idempotent."""
 
 

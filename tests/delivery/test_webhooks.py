@@ -261,3 +261,30 @@ def test_the_fan_out_is_idempotent_and_skips_events_older_than_the_subscription(
     )
     notifications_fan_out(events=[old])
     assert len(notifications(subscription)) == 1
+
+
+def test_the_fan_outs_subscriptions_are_the_orm_querys(world):
+    """The fan-out reads the subscriptions with a statement written once per process (it runs
+    inside the dispatcher's write transaction for every batch): the same ones, with the same
+    values, as the ORM query it replaced, for one tenant, several, and one with none."""
+    from django.db.models import Q
+
+    from delivery.models import Subscription
+    from delivery.services import _fan_out_subscriptions
+
+    webhook("http://127.0.0.1:9/a", tenant_id="acme", event_types=("ServiceCallSucceeded", "ServiceCallFailed"))
+    webhook("http://127.0.0.1:9/b", tenant_id="globex")
+    webhook("http://127.0.0.1:9/c", tenant_id=None)
+
+    def orm(tenants):
+        return sorted(
+            (s.subscription_id, s.tenant_id, s.event_types, s.created_at)
+            for s in Subscription.objects.filter(Q(tenant_id__in=tenants) | Q(tenant__isnull=True))
+        )
+
+    for tenants in (["acme"], ["acme", "globex"], ["initech"]):
+        got = sorted(
+            (t.subscription_id, t.tenant_id, t.event_types, t.created_at) for t in _fan_out_subscriptions(tenants)
+        )
+        assert got == orm(tenants), tenants
+    assert len(_fan_out_subscriptions(["acme", "globex"])) == 3

@@ -151,3 +151,52 @@ def test_the_idle_look_sees_only_claimable_unpublished_events(db, world):
     ]:
         OutboxEvent.objects.filter(pk=event.pk).update(**changes)
         assert claimable_exist(now) is orm(now) is claimable, changes
+
+
+def test_the_claim_reads_what_the_orm_query_reads(db):
+    """The claim's statements are written once per process (`_claimable_rows`): the same rows,
+    in the same order, with the same values, as the ORM query they replaced, over the cases it
+    tells apart: published, backing off, leased, a lease run out, and a call held back by an
+    earlier event of its own in backoff."""
+    from django.db import transaction
+    from django.db.models import Q
+
+    from outbox.dispatcher import _claimable, _claimable_rows
+
+    now = utcnow()
+    blocked_call, free_call = new_id(), new_id()
+    rows = [
+        append(free_call, "first"),
+        append(blocked_call, "backing off"),
+        append(blocked_call, "behind it"),
+        make_event("globex", payload={"label": "leased"}),
+        make_event("globex", payload={"label": "lease ran out", "nested": [1, {"a": None}]}),
+        make_event(published_days_ago=1),
+        append(free_call, "second"),
+    ]
+    OutboxEvent.objects.filter(pk=rows[1].pk).update(next_attempt_at=now + timedelta(seconds=30), attempts=2)
+    OutboxEvent.objects.filter(pk=rows[3].pk).update(locked_until=now + timedelta(seconds=30))
+    OutboxEvent.objects.filter(pk=rows[4].pk).update(locked_until=now - timedelta(seconds=1), attempts=1)
+
+    def orm(limit):
+        unpublished = OutboxEvent.objects.filter(published_at__isnull=True)
+        blocked = set(
+            unpublished.filter(Q(next_attempt_at__gt=now) | Q(locked_until__gt=now)).values_list(
+                "aggregate_id", flat=True
+            )
+        )
+        candidates = unpublished.filter(_claimable(now)).order_by("id")[:limit]
+        return [row for row in candidates if row.aggregate_id not in blocked]
+
+    fields = ("id", "event_id", "tenant_id", "aggregate_id", "event_type", "event_payload", "created_at", "attempts")
+    for limit in (100, 2, 1):
+        with transaction.atomic():
+            claimed = _claimable_rows(now, limit)
+        expected = orm(limit)
+        assert [[getattr(row, f) for f in fields] for row in claimed] == [
+            [getattr(row, f) for f in fields] for row in expected
+        ], limit
+    assert [row.event_payload["payload"]["label"] for row in claimed] == ["first"]
+    with transaction.atomic():
+        labels = [row.event_payload["payload"]["label"] for row in _claimable_rows(now, 100)]
+    assert labels == ["first", "lease ran out", "second"]

@@ -46,3 +46,17 @@ def test_it_refuses_to_run_outside_the_settling_transaction(transactional_db):
     with pytest.raises(RuntimeError):
         outbox_mark_published(ids=[row.pk], at=utcnow())
     assert _numbers([row]) == [None]
+
+
+def test_it_marks_only_the_rows_given_and_returns_how_many(db):
+    """One UPDATE ... RETURNING marks the rows and tells which need a number; rows not given
+    stay unpublished and unnumbered, a tenant's first event makes its counter row."""
+    given = [make_event("initech"), make_event("acme"), make_event("initech")]
+    other = make_event("initech")
+
+    assert _mark(given) == 3
+    assert _mark([]) == 0
+
+    assert _numbers([*given, other]) == [1, 1, 2, None]
+    assert OutboxEvent.objects.get(pk=other.pk).published_at is None
+    assert dict(OutboxFeedCounter.objects.values_list("tenant_id", "last_seq")) == {"acme": 1, "initech": 2}
