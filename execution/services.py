@@ -71,7 +71,9 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
                 timeout_ms=order.request.timeout_ms,
             )
         )
-    with transaction.atomic():
+    # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
+    # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
+    with transaction.atomic(savepoint=False):
         owned = insert_new(rows)
     return [
         Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True) if row.execution_id in owned
@@ -88,7 +90,9 @@ def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
         (*_outcome_fields(outcome).values(), HttpExecution.State.FINISHED, now, attempt.execution_id)
         for attempt, outcome in results
     ]
-    with transaction.atomic():
+    # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
+    # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
+    with transaction.atomic(savepoint=False):
         update_many(
             HttpExecution,
             set_fields=[*names, "state", "finished_at"],

@@ -298,7 +298,9 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
     if not keys:
         return []
     wanted = {key.service_call_id: key.tenant_id for key in keys}
-    with transaction.atomic():
+    # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
+    # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
+    with transaction.atomic(savepoint=False):
         now = utcnow()
         rows = rows_by_key(
             ServiceCall,
@@ -322,7 +324,9 @@ def service_calls_start_overdue(
     call. `exclude`: calls the caller has set aside (their start failed)."""
     if limit <= 0:
         return []
-    with transaction.atomic():
+    # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
+    # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
+    with transaction.atomic(savepoint=False):
         now = utcnow()
         keys = [
             pk
@@ -441,7 +445,9 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
     """
     if not results:
         return 0
-    with transaction.atomic():
+    # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
+    # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
+    with transaction.atomic(savepoint=False):
         now = utcnow()
         # Under the row locks (the write lock on SQLite) the Running set cannot change before
         # the updates below: reading it first tells which calls this finish moves.
