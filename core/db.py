@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,25 @@ def take_turn(name: str) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+
+
+_write_priority = threading.local()
+
+
+@contextmanager
+def urgent_writes() -> Iterator[None]:
+    """This thread's write transactions go first: on SQLite, before those of the other
+    processes that wait for the write lock (eventservice/sqlite/base.py). For the timer's
+    starts of due calls, whose lateness is the time they wait."""
+    _write_priority.urgent = True
+    try:
+        yield
+    finally:
+        _write_priority.urgent = False
+
+
+def writes_urgent() -> bool:
+    return getattr(_write_priority, "urgent", False)
 
 
 # Guards the writes to the statement caches (_QUERIES, _SELECTS, _INSERTS).

@@ -34,6 +34,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from core.db import urgent_writes
 from core.ids import utcnow
 from delivery.runner import Deliverer
 from delivery.services import nats_subscription_ensure, notifications_delete_before
@@ -166,8 +167,11 @@ class WriteGate:
                 self._busy = False
                 self._cond.notify_all()
 
-    def urgent(self) -> AbstractContextManager[None]:
-        return self.slot(urgent=True)
+    @contextmanager
+    def urgent(self) -> Iterator[None]:
+        # First in this process, and (on SQLite) before the other processes' writers.
+        with self.slot(urgent=True), urgent_writes():
+            yield
 
     def early(self) -> AbstractContextManager[None]:
         return self.slot(early=True)

@@ -10,17 +10,29 @@ the same overall timeout; statements outside atomic blocks keep SQLite's busy ha
 Within one process, write transactions also take turns on a lock of the process first: the
 next thread starts the moment the one before it commits, instead of finding out at its next
 poll (a web worker's threads all writing submissions left the write lock idle between a commit
-and the next writer's wake-up). Only writers of other processes are polled for.
+and the next writer's wake-up).
+
+Across processes, the thread whose turn it is then takes an exclusive `flock` on a file beside
+the database (`<database>-writer`) before `BEGIN`, and lets it go at the end of the
+transaction: the kernel wakes the next process's writer the moment it is free. Polling alone
+left SQLite's lock idle for up to a poll step after each commit, and in a burst (every worker
+process starting, recording and publishing) the lock is what every call waits for. The
+`flock` only orders the processes that take it; SQLite's own lock still decides, so a writer
+that does not take it (a statement outside an atomic block, another program) is polled for as
+before. A process that dies lets it go with its file descriptors.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import threading
 import time
 
 from django.db.backends.sqlite3 import base
+
+from core.db import writes_urgent
 
 FIRST_STEP = 0.0005
 LONGEST_STEP = 0.005
@@ -43,9 +55,115 @@ def _turn_for(name: str) -> threading.Lock:
     return turn
 
 
+def _writer_paths(name: str) -> tuple[str, str] | None:
+    """The files whose `flock`s order the writers of `name`'s processes (the turn, and the
+    urgent writers' claim on the next turn); None for a database in memory."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return f"{name}-writer", f"{name}-writer-urgent"
+
+
+def _flock(path: str, operation: int, timeout_s: float) -> int | None:
+    """A `flock` (LOCK_EX or LOCK_SH) on `path`, held through the returned descriptor (close it
+    to let it go); None when the file cannot be opened (SQLite's lock alone then orders the
+    writers). Raises OperationalError after `timeout_s`, as SQLite's busy timeout would."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        return fd
+    except BlockingIOError:
+        pass
+    except BaseException:
+        os.close(fd)
+        raise
+    # Held by another process: wait in a helper thread, as flock has no timeout. A helper given
+    # up on closes its descriptor as soon as it holds the lock (nothing else shares it).
+    taken = threading.Event()
+    given_up = False
+    guard = threading.Lock()
+
+    def wait() -> None:
+        try:
+            fcntl.flock(fd, operation)
+        except OSError:
+            pass
+        with guard:
+            if given_up:
+                os.close(fd)
+                return
+        taken.set()
+
+    threading.Thread(target=wait, name="sqlite-writer-wait", daemon=True).start()
+    if taken.wait(timeout_s):
+        return fd
+    with guard:
+        if taken.is_set():
+            return fd
+        given_up = True
+    raise sqlite3.OperationalError("database is locked (by a writer of another process)")
+
+
+def _close(fds: list[int]) -> None:
+    for fd in reversed(fds):
+        os.close(fd)  # lets its flock go: the next writer wakes
+
+
+def _take_turn(paths: tuple[str, str], deadline: float, *, urgent: bool) -> list[int]:
+    """The processes' write turn (the returned descriptors hold it). An urgent writer first
+    claims the next turn (LOCK_EX on the urgent file, one urgent writer at a time), then waits
+    for the turn; any other writer that gets the turn while an urgent one waits gives it back
+    and waits until the urgent writer is done."""
+    turn_path, urgent_path = paths
+    held: list[int] = []
+    try:
+        if urgent:
+            claim = _flock(urgent_path, fcntl.LOCK_EX, max(0.0, deadline - time.monotonic()))
+            held += [claim] if claim is not None else []
+            # The turn, waited for in this thread: the transaction in progress is the only one
+            # ahead (the others step back), and a helper thread's handoff would cost the timer's
+            # start one more wait for the GIL. Not bounded by the timeout: a process holding the
+            # turn holds SQLite's lock too, and lets both go when its transaction ends or it dies.
+            try:
+                turn = os.open(turn_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return held
+            held.append(turn)
+            fcntl.flock(turn, fcntl.LOCK_EX)
+            return held
+        while True:
+            turn = _flock(turn_path, fcntl.LOCK_EX, max(0.0, deadline - time.monotonic()))
+            if turn is None:
+                return held
+            held.append(turn)
+            try:
+                probe = os.open(urgent_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return held
+            try:
+                fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return held  # no urgent writer waits
+            except BlockingIOError:
+                pass
+            finally:
+                os.close(probe)
+            # An urgent writer waits: the turn is its, then this writer's.
+            _close(held)
+            held = []
+            waited = _flock(urgent_path, fcntl.LOCK_SH, max(0.0, deadline - time.monotonic()))
+            _close([waited] if waited is not None else [])
+    except BaseException:
+        _close(held)
+        raise
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     # The process's write turn, while this connection's transaction holds it.
     _turn: threading.Lock | None = None
+    # The descriptors of the processes' write turn, while this connection's transaction holds it.
+    _writer: list[int] | None = None
 
     def _start_transaction_under_autocommit(self) -> None:
         if self.transaction_mode is None:
@@ -58,12 +176,18 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 raise sqlite3.OperationalError("database is locked (by another thread of this process)")
             self._turn = turn
             try:
+                paths = _writer_paths(str(self.settings_dict["NAME"]))
+                if paths is not None:
+                    self._writer = _take_turn(paths, deadline, urgent=writes_urgent())
                 self._begin_polling(deadline)
             except BaseException:
                 self._end_turn()
                 raise
 
     def _end_turn(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer:
+            _close(writer)
         turn, self._turn = self._turn, None
         if turn is not None:
             turn.release()

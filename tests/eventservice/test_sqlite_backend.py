@@ -118,3 +118,88 @@ def test_a_writer_waiting_for_another_thread_of_its_process_gives_up_after_its_t
         other.join(5)
     assert len(done) == 1 and isinstance(done[0], OperationalError) and "locked" in str(done[0])
     assert not Tenant.objects.filter(id="too-late").exists()
+
+
+# --- The processes' write turn (a flock beside the database) -----------------------------------
+# Another process is played by a descriptor of this one: flocks of two open files conflict as
+# those of two processes do.
+
+
+def _paths():
+    from eventservice.sqlite.base import _writer_paths
+
+    return _writer_paths(connection.settings_dict["NAME"])
+
+
+def _hold(path: str) -> int:
+    import fcntl
+    import os
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_writer_waits_for_another_processs_turn_and_gives_up_after_its_timeout(monkeypatch):
+    import os
+
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "timeout", 0.2)
+    other = _hold(_paths()[0])
+    try:
+        with pytest.raises(OperationalError, match="locked"), transaction.atomic():
+            Tenant.objects.create(id="never", name="n")
+    finally:
+        os.close(other)
+    assert not Tenant.objects.filter(id="never").exists()
+    with transaction.atomic():  # the turn it gave up on is not left held
+        Tenant.objects.create(id="after", name="a")
+    assert Tenant.objects.filter(id="after").exists()
+
+
+def test_a_writer_starts_when_the_other_process_lets_its_turn_go():
+    import os
+
+    other = _hold(_paths()[0])
+    threading.Timer(0.3, os.close, [other]).start()
+    started = time.monotonic()
+    with transaction.atomic():
+        Tenant.objects.create(id="waited", name="w")
+    assert time.monotonic() - started >= 0.2
+    assert Tenant.objects.filter(id="waited").exists()
+
+
+def test_an_urgent_writer_of_another_process_goes_before_the_writers_that_wait():
+    """The timer's starts (core.db.urgent_writes): a writer that gets the turn while an urgent one
+    waits gives it back, and takes it again once the urgent writer is done."""
+    import os
+
+    from eventservice.sqlite.base import _close, _take_turn
+
+    paths = _paths()
+    order: list[str] = []
+    held: dict[str, list[int]] = {}
+
+    def writer(name: str, urgent: bool) -> None:
+        held[name] = _take_turn(paths, time.monotonic() + 10, urgent=urgent)
+        order.append(name)
+
+    holder = _hold(paths[0])
+    normal = threading.Thread(target=writer, args=("normal", False), daemon=True)
+    normal.start()
+    time.sleep(0.1)
+    urgent = threading.Thread(target=writer, args=("urgent", True), daemon=True)
+    urgent.start()
+    time.sleep(0.1)
+    assert order == []  # both wait for the turn held
+    os.close(holder)
+    urgent.join(5)
+    if order != ["urgent"]:  # let every waiter go, so a failure fails rather than hangs
+        for fds in held.values():
+            _close(fds)
+    assert order == ["urgent"]
+    time.sleep(0.2)
+    assert order == ["urgent"]  # the other waits while the urgent writer holds the turn
+    _close(held["urgent"])
+    normal.join(5)
+    assert order == ["urgent", "normal"]
+    _close(held["normal"])
