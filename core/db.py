@@ -42,11 +42,12 @@ def urgent_writes() -> Iterator[None]:
     """This thread's write transactions go first: on SQLite, before those of the other
     processes that wait for the write lock (eventservice/sqlite/base.py). For the timer's
     starts of due calls, whose lateness is the time they wait."""
+    before = writes_urgent()
     _write_priority.urgent = True
     try:
         yield
     finally:
-        _write_priority.urgent = False
+        _write_priority.urgent = before
 
 
 def writes_urgent() -> bool:
@@ -85,7 +86,7 @@ def sql_query(template: str, params: Sequence[Any] = (), **models: type[Model]) 
     conn = connections[DEFAULT_DB_ALIAS]
     with conn.cursor() as cursor:
         cursor.execute(_formatted(conn, template, models), [_adapt(conn, value) for value in params])
-        return cursor.fetchall()
+        return cursor.fetchall() if cursor.description is not None else []
 
 
 def _formatted(conn: Any, template: str, models: dict[str, type[Model]]) -> str:
@@ -311,13 +312,16 @@ def insert_new(objs: Sequence[Model]) -> set[Any]:
     """INSERT unsaved instances of one model whose keys the caller made new (fresh ids),
     skipping each row that breaks a unique constraint (ON CONFLICT DO NOTHING); returns the keys
     of the rows it inserted, which marks those instances saved. In statements of at most
-    INSERT_MAX_ROWS rows, each `insert_prepare`'s statement (built once per process) with
+    INSERT_MAX_ROWS rows (fewer for a wide model), each `insert_prepare`'s statement (built once per process) with
     RETURNING of the keys: bulk_create with ignore_conflicts compiles it on every call and
     cannot tell which rows it inserted (where RETURNING or such a statement is not available,
     that is what runs, and the rows are read back)."""
     inserted: set[Any] = set()
-    for first in range(0, len(objs), INSERT_MAX_ROWS):
-        inserted |= _insert_new(objs[first : first + INSERT_MAX_ROWS])
+    if not objs:
+        return inserted
+    size = _rows_per_insert(connections[DEFAULT_DB_ALIAS], type(objs[0]))
+    for first in range(0, len(objs), size):
+        inserted |= _insert_new(objs[first : first + size])
     return inserted
 
 
@@ -344,6 +348,16 @@ def _insert_new(objs: Sequence[Model]) -> set[Any]:
     return inserted
 
 
+def _rows_per_insert(conn: Any, model: type[Model]) -> int:
+    """Rows per prepared INSERT of `model`: INSERT_MAX_ROWS, fewer where their values would pass
+    the database's limit of parameters per statement (999 on SQLite, as Django assumes)."""
+    limit = conn.features.max_query_params
+    if limit is None:
+        return INSERT_MAX_ROWS
+    columns = len([f for f in model._meta.concrete_fields if not f.generated and not isinstance(f, AutoField)])
+    return max(1, min(INSERT_MAX_ROWS, limit // max(1, columns)))
+
+
 def _plan(conn: Any, model: type[Model], rows: int, returning_pk: bool) -> tuple[str, list[Field]] | None:
     """The statement of `insert_prepare` and its fields, or None where bulk_create has to do
     it (many rows, a field with its own placeholder, no RETURNING of several rows)."""
@@ -355,7 +369,7 @@ def _plan(conn: Any, model: type[Model], rows: int, returning_pk: bool) -> tuple
     fields = [f for f in meta.concrete_fields if not f.generated and not isinstance(f, AutoField)]
     plan = None
     if (
-        rows <= INSERT_MAX_ROWS
+        rows <= _rows_per_insert(conn, model)
         and not any(hasattr(f, "get_placeholder") for f in fields)
         and (not returning_pk or (isinstance(meta.pk, AutoField) and conn.features.can_return_rows_from_bulk_insert))
     ):

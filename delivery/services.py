@@ -362,7 +362,7 @@ def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
         _Target(db_uuid(pk), tenant_id, event_types.from_db_value(types, None, connection), db_datetime(created_at))
         for pk, tenant_id, types, created_at in sql_query(
             "SELECT {s.subscription_id}, {s.tenant}, {s.event_types}, {s.created_at} FROM {s} "
-            f"WHERE {{s.tenant}} IN ({keys}) OR {{s.tenant}} IS NULL",
+            f"WHERE {{s.tenant}} IN ({keys}) OR {{s.tenant}} IS NULL ORDER BY {{s.created_at}}, {{s.subscription_id}}",
             tenant_ids,
             s=Subscription,
         )

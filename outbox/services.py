@@ -100,12 +100,16 @@ def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
     # Statements written once per process (core.db.sql_query), not compiled for every batch:
     # the dispatcher runs this inside the write transaction the starts of due calls wait for.
     keys = ", ".join(["%s"] * len(ids))
-    marked = sql_query(
-        "UPDATE {o} SET {o.published_at} = %s, {o.locked_until} = NULL "
-        f"WHERE {{o.id}} IN ({keys}) RETURNING {{o.id}}, {{o.tenant_id}}, {{o.feed_seq}}",
-        [at, *ids],
-        o=OutboxEvent,
-    )
+    update = f"UPDATE {{o}} SET {{o.published_at}} = %s, {{o.locked_until}} = NULL WHERE {{o.id}} IN ({keys})"
+    if connection.features.can_return_columns_from_insert:  # UPDATE ... RETURNING too (SQLite 3.35+)
+        marked = sql_query(update + " RETURNING {o.id}, {o.tenant_id}, {o.feed_seq}", [at, *ids], o=OutboxEvent)
+    else:
+        sql_query(update, [at, *ids], o=OutboxEvent)
+        marked = sql_query(
+            f"SELECT {{o.id}}, {{o.tenant_id}}, {{o.feed_seq}} FROM {{o}} WHERE {{o.id}} IN ({keys})",
+            ids,
+            o=OutboxEvent,
+        )
     unnumbered = sorted((pk, tenant_id) for pk, tenant_id, feed_seq in marked if feed_seq is None)
     if not unnumbered:
         return len(marked)
@@ -136,14 +140,20 @@ def _feed_counters_locked(tenant_ids: list[str]) -> dict[str, int]:
         f"SELECT {{c.tenant_id}}, {{c.last_seq}} FROM {{c}} WHERE {{c.tenant_id}} IN ({keys}) "
         "ORDER BY {c.tenant_id}" + lock
     )
-    counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
+    if not lock:
+        counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
+        if len(counters) == len(tenant_ids):
+            return counters
+    else:
+        # Which rows exist, unlocked: a missing one is made before any is locked (making it while
+        # holding others' locks could deadlock with a dispatcher that locked it first).
+        counters = dict(sql_query(select.removesuffix(lock), tenant_ids, c=OutboxFeedCounter))
     if len(counters) < len(tenant_ids):
         OutboxFeedCounter.objects.bulk_create(
             [OutboxFeedCounter(tenant_id=tenant_id) for tenant_id in tenant_ids if tenant_id not in counters],
             ignore_conflicts=True,
         )
-        counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
-    return counters
+    return dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
 
 
 def outbox_publish_again(*, ids: Sequence[int]) -> int:

@@ -42,9 +42,30 @@ LONGEST_STEP = 0.005
 _turns: dict[str, threading.Lock] = {}
 _turns_guard = threading.Lock()
 
+# The descriptors of this process that hold or wait for a flock of the processes' write turn.
+_flock_fds: set[int] = set()
+_flock_fds_guard = threading.Lock()
+# The mode of each database's lock files: its own, so the users who may write it may take turns.
+_modes: dict[str, int] = {}
 
-# A child process starts with no turn held (a fork copies a lock another thread may hold).
-os.register_at_fork(after_in_child=_turns.clear)
+# How often a timer's start looks for the processes' turn while a transaction holds it.
+URGENT_FIRST_STEP = 0.0001
+URGENT_LONGEST_STEP = 0.0005
+
+
+def _after_fork_in_child() -> None:
+    # A child starts with no turn held: a fork copies a lock another thread may hold, and a
+    # copied descriptor would keep a flock held after its parent let it go.
+    _turns.clear()
+    for fd in list(_flock_fds):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _flock_fds.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _turn_for(name: str) -> threading.Lock:
@@ -63,13 +84,44 @@ def _writer_paths(name: str) -> tuple[str, str] | None:
     return f"{name}-writer", f"{name}-writer-urgent"
 
 
+def _open(path: str) -> int | None:
+    """A descriptor of a lock file (made with its database's mode), or None where it cannot be
+    opened (a read-only directory): SQLite's lock alone then orders the writers. Read-only:
+    `flock` needs no more."""
+    database = path.partition("-writer")[0]
+    mode = _modes.get(database)
+    if mode is None:
+        try:
+            mode = _modes.setdefault(database, os.stat(database).st_mode & 0o666)
+        except OSError:
+            mode = 0o600
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, mode)
+    except OSError:
+        return None
+    with _flock_fds_guard:
+        _flock_fds.add(fd)
+    return fd
+
+
+def _close(fds: list[int]) -> None:
+    for fd in reversed(fds):
+        with _flock_fds_guard:
+            _flock_fds.discard(fd)
+        os.close(fd)  # lets its flock go: the next writer wakes
+
+
+def _locked() -> sqlite3.OperationalError:
+    return sqlite3.OperationalError("database is locked (by a writer of another process)")
+
+
 def _flock(path: str, operation: int, timeout_s: float) -> int | None:
     """A `flock` (LOCK_EX or LOCK_SH) on `path`, held through the returned descriptor (close it
-    to let it go); None when the file cannot be opened (SQLite's lock alone then orders the
-    writers). Raises OperationalError after `timeout_s`, as SQLite's busy timeout would."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError:
+    with `_close` to let it go); None where the file cannot be opened or locked (SQLite's lock
+    alone then orders the writers). Raises OperationalError after `timeout_s`, as SQLite's busy
+    timeout would."""
+    fd = _open(path)
+    if fd is None:
         return None
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
@@ -77,70 +129,78 @@ def _flock(path: str, operation: int, timeout_s: float) -> int | None:
     except BlockingIOError:
         pass
     except BaseException:
-        os.close(fd)
+        _close([fd])
         raise
     # Held by another process: wait in a helper thread, as flock has no timeout. A helper given
-    # up on closes its descriptor as soon as it holds the lock (nothing else shares it).
-    taken = threading.Event()
-    given_up = False
+    # up on closes its descriptor once its wait ends (nothing else shares the descriptor).
+    done = threading.Event()
     guard = threading.Lock()
+    state = {"locked": False, "given_up": False}
 
     def wait() -> None:
         try:
             fcntl.flock(fd, operation)
+            locked = True
         except OSError:
-            pass
+            locked = False
         with guard:
-            if given_up:
-                os.close(fd)
-                return
-        taken.set()
+            state["locked"] = locked
+            if state["given_up"]:
+                _close([fd])
+            done.set()
 
     threading.Thread(target=wait, name="sqlite-writer-wait", daemon=True).start()
-    if taken.wait(timeout_s):
-        return fd
-    with guard:
-        if taken.is_set():
-            return fd
-        given_up = True
-    raise sqlite3.OperationalError("database is locked (by a writer of another process)")
-
-
-def _close(fds: list[int]) -> None:
-    for fd in reversed(fds):
-        os.close(fd)  # lets its flock go: the next writer wakes
+    try:
+        done.wait(timeout_s)
+    finally:
+        with guard:
+            if not done.is_set():
+                state["given_up"] = True  # on a timeout, or anything that interrupts the wait
+    if state["given_up"]:
+        raise _locked()
+    if not state["locked"]:
+        _close([fd])
+        return None
+    return fd
 
 
 def _take_turn(paths: tuple[str, str], deadline: float, *, urgent: bool) -> list[int]:
     """The processes' write turn (the returned descriptors hold it). An urgent writer first
-    claims the next turn (LOCK_EX on the urgent file, one urgent writer at a time), then waits
-    for the turn; any other writer that gets the turn while an urgent one waits gives it back
-    and waits until the urgent writer is done."""
+    claims the next turn (LOCK_EX on the urgent file, one urgent writer at a time), then takes
+    the turn as soon as the transaction in progress lets it go; any other writer that gets the
+    turn while an urgent one waits gives it back and waits until the urgent writer is done.
+    Raises OperationalError at `deadline`."""
     turn_path, urgent_path = paths
     held: list[int] = []
     try:
         if urgent:
             claim = _flock(urgent_path, fcntl.LOCK_EX, max(0.0, deadline - time.monotonic()))
             held += [claim] if claim is not None else []
-            # The turn, waited for in this thread: the transaction in progress is the only one
-            # ahead (the others step back), and a helper thread's handoff would cost the timer's
-            # start one more wait for the GIL. Not bounded by the timeout: a process holding the
-            # turn holds SQLite's lock too, and lets both go when its transaction ends or it dies.
-            try:
-                turn = os.open(turn_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError:
+            turn = _open(turn_path)
+            if turn is None:
                 return held
             held.append(turn)
-            fcntl.flock(turn, fcntl.LOCK_EX)
-            return held
+            # Looked for in this thread in fine steps, not waited for in a helper thread: only the
+            # transaction in progress is ahead (the others step back), and a helper's handoff
+            # cost the timer's start one more wait for the GIL in a busy process.
+            step = URGENT_FIRST_STEP
+            while True:
+                try:
+                    fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return held
+                except BlockingIOError:
+                    pass
+                if time.monotonic() >= deadline:
+                    raise _locked()
+                time.sleep(step)
+                step = min(step * 1.5, URGENT_LONGEST_STEP)
         while True:
             turn = _flock(turn_path, fcntl.LOCK_EX, max(0.0, deadline - time.monotonic()))
             if turn is None:
                 return held
             held.append(turn)
-            try:
-                probe = os.open(urgent_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError:
+            probe = _open(urgent_path)
+            if probe is None:
                 return held
             try:
                 fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -148,7 +208,7 @@ def _take_turn(paths: tuple[str, str], deadline: float, *, urgent: bool) -> list
             except BlockingIOError:
                 pass
             finally:
-                os.close(probe)
+                _close([probe])
             # An urgent writer waits: the turn is its, then this writer's.
             _close(held)
             held = []

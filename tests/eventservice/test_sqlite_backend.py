@@ -203,3 +203,54 @@ def test_an_urgent_writer_of_another_process_goes_before_the_writers_that_wait()
     normal.join(5)
     assert order == ["urgent", "normal"]
     _close(held["normal"])
+
+
+def test_an_urgent_writer_gives_up_at_its_deadline_and_lets_its_claim_go():
+    import os
+
+    from eventservice.sqlite.base import _close, _take_turn
+
+    paths = _paths()
+    holder = _hold(paths[0])
+    try:
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            _take_turn(paths, time.monotonic() + 0.2, urgent=True)
+        assert time.monotonic() - started < 5
+    finally:
+        os.close(holder)
+    claim = _take_turn(paths, time.monotonic() + 1, urgent=True)  # nothing was left held
+    _close(claim)
+
+
+def test_a_forked_child_does_not_keep_its_parents_turn():
+    """django-q2 forks its workers: a copied descriptor would hold the turn after the parent let
+    it go, until the child exited."""
+    import fcntl
+    import os
+
+    from eventservice.sqlite.base import _close, _flock
+
+    fd = _flock(_paths()[0], fcntl.LOCK_EX, 1)
+    child = os.fork()
+    if child == 0:
+        time.sleep(3)
+        os._exit(0)
+    try:
+        _close([fd])
+        other = os.open(_paths()[0], os.O_RDONLY)
+        try:
+            # Free while the child lives on (once it has run its after-fork hook).
+            give_up = time.monotonic() + 1
+            while True:
+                try:
+                    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < give_up, "the child still holds the turn"
+                    time.sleep(0.01)
+        finally:
+            os.close(other)
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)

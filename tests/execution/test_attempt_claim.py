@@ -48,14 +48,15 @@ def test_a_second_claim_of_the_same_attempts_gets_none_of_them(world, database):
 
 
 def test_a_batch_gets_back_exactly_the_attempts_nobody_had_claimed_across_statements(world, database):
-    # More than one INSERT's worth of rows (32), some of them claimed already by another worker.
-    orders = started_orders(40)
-    taken = attempts_begin(orders=orders[5:35:3], worker_id="worker-a")
+    # More than one INSERT's worth of rows (core.db.INSERT_MAX_ROWS, fewer on SQLite: its limit of
+    # parameters), some of them claimed already by another worker.
+    orders = started_orders(120)
+    taken = attempts_begin(orders=orders[5:115:11], worker_id="worker-a")
 
     mine = attempts_begin(orders=orders, worker_id="worker-b")
 
     taken_calls = {attempt.order.service_call_id for attempt in taken}
     assert len(taken_calls) == 10
     assert [attempt.order for attempt in mine] == [o for o in orders if o.service_call_id not in taken_calls]
-    assert HttpExecution.objects.filter(worker_id="worker-b").count() == 30
+    assert HttpExecution.objects.filter(worker_id="worker-b").count() == 110
     assert HttpExecution.objects.filter(worker_id="worker-a").count() == 10
