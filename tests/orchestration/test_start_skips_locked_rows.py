@@ -53,3 +53,22 @@ def test_a_call_another_transaction_holds_is_skipped_and_started_after(world):
     [started] = service_calls_start(keys=[CallKey("acme", call.pk)])
     assert started.service_call_id == call.pk
     assert ServiceCall.objects.get(pk=call.pk).status == ServiceCall.Status.RUNNING
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_backlog_skips_a_call_another_transaction_holds_and_starts_the_others_in_due_order(world):
+    """The backlog's start (service_calls_start_overdue) chooses its calls with a statement
+    written once per process, FOR UPDATE SKIP LOCKED: a call held elsewhere is left for later,
+    the others start at once, oldest due first."""
+    from orchestration.services import service_calls_start_overdue
+
+    first, held, last = due_call("first"), due_call("held"), due_call("last")
+    now = utcnow()
+    for seconds, call in [(30, first), (20, held), (10, last)]:
+        ServiceCall.objects.filter(pk=call.pk).update(due_at=now - timedelta(seconds=seconds))
+    with row_locked_elsewhere(ServiceCall, held.pk):
+        started = service_calls_start_overdue(due_before=utcnow(), limit=10)
+        assert [call.service_call_id for call in started] == [first.pk, last.pk]
+    [started] = service_calls_start_overdue(due_before=utcnow(), limit=10)
+    assert started.service_call_id == held.pk
