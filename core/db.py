@@ -312,8 +312,8 @@ def insert_new(objs: Sequence[Model]) -> set[Any]:
     """INSERT unsaved instances of one model whose keys the caller made new (fresh ids),
     skipping each row that breaks a unique constraint (ON CONFLICT DO NOTHING); returns the keys
     of the rows it inserted, which marks those instances saved. In statements of at most
-    INSERT_MAX_ROWS rows (fewer for a wide model), each `insert_prepare`'s statement (built once per process) with
-    RETURNING of the keys: bulk_create with ignore_conflicts compiles it on every call and
+    INSERT_MAX_ROWS rows (fewer for a wide model), each `insert_prepare`'s statement (built
+    once per process) with RETURNING of the keys: bulk_create with ignore_conflicts compiles it on every call and
     cannot tell which rows it inserted (where RETURNING or such a statement is not available,
     that is what runs, and the rows are read back)."""
     inserted: set[Any] = set()

@@ -18,7 +18,6 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Q
 
 from core.db import db_datetime, db_uuid, sql_query, take_turn
 from core.ids import utcnow
@@ -36,14 +35,8 @@ def backoff_seconds(attempts: int) -> float:
     return float(min(MAX_BACKOFF_SECONDS, 2 ** min(attempts, 10)))
 
 
-def _claimable(now: datetime) -> Q:
-    return (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)) & (
-        Q(locked_until__isnull=True) | Q(locked_until__lte=now)
-    )
-
-
 def claimable_exist(now: datetime) -> bool:
-    """Whether an unpublished row is claimable (`_claimable`): the idle dispatcher's look,
+    """Whether an unpublished row is claimable (not backing off, not leased): the idle dispatcher's look,
     twenty times a second, written once per process (core.db.sql_query)."""
     return bool(
         sql_query(
@@ -64,9 +57,8 @@ def _claimable_rows(now: datetime, limit: int) -> list[ClaimedEvent]:
     backoff or leased to another dispatcher; run inside the claiming transaction (on PostgreSQL
     the rows are locked, skipping those another transaction holds).
 
-    What the ORM's `filter(published_at__isnull=True, _claimable(now))
-    .select_for_update(skip_locked=True).order_by("id")[:limit]` and the blocked calls'
-    `values_list` run, written once per process (core.db.sql_query), the rows read as
+    Statements written once per process (core.db.sql_query; tests/outbox/test_dispatcher.py
+    holds the ORM queries they replaced), the rows read as
     `ClaimedEvent`s: compiling the queries and building model instances was half the
     dispatcher's time inside its write transaction, which the starts of due calls wait for."""
     blocked = {

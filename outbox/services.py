@@ -137,23 +137,19 @@ def _feed_counters_locked(tenant_ids: list[str]) -> dict[str, int]:
     keys = ", ".join(["%s"] * len(tenant_ids))
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     select = (
-        f"SELECT {{c.tenant_id}}, {{c.last_seq}} FROM {{c}} WHERE {{c.tenant_id}} IN ({keys}) "
-        "ORDER BY {c.tenant_id}" + lock
+        f"SELECT {{c.tenant_id}}, {{c.last_seq}} FROM {{c}} WHERE {{c.tenant_id}} IN ({keys}) ORDER BY {{c.tenant_id}}"
     )
-    if not lock:
-        counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
-        if len(counters) == len(tenant_ids):
-            return counters
-    else:
-        # Which rows exist, unlocked: a missing one is made before any is locked (making it while
-        # holding others' locks could deadlock with a dispatcher that locked it first).
-        counters = dict(sql_query(select.removesuffix(lock), tenant_ids, c=OutboxFeedCounter))
-    if len(counters) < len(tenant_ids):
+    # Which rows exist, unlocked: a missing one is made before any is locked (made while holding
+    # other counters' locks, it could deadlock with a dispatcher that locked it first).
+    counters = dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
+    missing = [tenant_id for tenant_id in tenant_ids if tenant_id not in counters]
+    if missing:
         OutboxFeedCounter.objects.bulk_create(
-            [OutboxFeedCounter(tenant_id=tenant_id) for tenant_id in tenant_ids if tenant_id not in counters],
-            ignore_conflicts=True,
+            [OutboxFeedCounter(tenant_id=tenant_id) for tenant_id in missing], ignore_conflicts=True
         )
-    return dict(sql_query(select, tenant_ids, c=OutboxFeedCounter))
+    if missing or lock:
+        counters = dict(sql_query(select + lock, tenant_ids, c=OutboxFeedCounter))
+    return counters
 
 
 def outbox_publish_again(*, ids: Sequence[int]) -> int:

@@ -88,7 +88,7 @@ def _open(path: str) -> int | None:
     """A descriptor of a lock file (made with its database's mode), or None where it cannot be
     opened (a read-only directory): SQLite's lock alone then orders the writers. Read-only:
     `flock` needs no more."""
-    database = path.partition("-writer")[0]
+    database = path.rpartition("-writer")[0]
     mode = _modes.get(database)
     if mode is None:
         try:

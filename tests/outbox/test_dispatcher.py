@@ -42,6 +42,16 @@ both_paths = pytest.mark.parametrize(
 )
 
 
+def orm_claimable(now):
+    """The ORM's condition of a claimable row (not backing off, not leased), which the
+    dispatcher's statements were written from."""
+    from django.db.models import Q
+
+    return (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)) & (
+        Q(locked_until__isnull=True) | Q(locked_until__lte=now)
+    )
+
+
 def append(aggregate, label):
     return make_event(aggregate_id=aggregate, payload={"label": label})
 
@@ -132,11 +142,11 @@ def test_append_refuses_to_run_outside_a_transaction(transactional_db):
 
 def test_the_idle_look_sees_only_claimable_unpublished_events(db, world):
     """The idle dispatcher's look (claimable_exist, a statement written once per process) says
-    yes exactly when the ORM's `_claimable` finds an unpublished row."""
-    from outbox.dispatcher import _claimable, claimable_exist
+    yes exactly when the ORM finds a claimable unpublished row."""
+    from outbox.dispatcher import claimable_exist
 
     def orm(now):
-        return OutboxEvent.objects.filter(_claimable(now), published_at__isnull=True).exists()
+        return OutboxEvent.objects.filter(orm_claimable(now), published_at__isnull=True).exists()
 
     now = utcnow()
     assert claimable_exist(now) is orm(now) is False
@@ -161,7 +171,7 @@ def test_the_claim_reads_what_the_orm_query_reads(db):
     from django.db import transaction
     from django.db.models import Q
 
-    from outbox.dispatcher import _claimable, _claimable_rows
+    from outbox.dispatcher import _claimable_rows
 
     now = utcnow()
     blocked_call, free_call = new_id(), new_id()
@@ -185,7 +195,7 @@ def test_the_claim_reads_what_the_orm_query_reads(db):
                 "aggregate_id", flat=True
             )
         )
-        candidates = unpublished.filter(_claimable(now)).order_by("id")[:limit]
+        candidates = unpublished.filter(orm_claimable(now)).order_by("id")[:limit]
         return [row for row in candidates if row.aggregate_id not in blocked]
 
     fields = ("id", "event_id", "tenant_id", "aggregate_id", "event_type", "event_payload", "created_at", "attempts")
