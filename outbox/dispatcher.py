@@ -36,8 +36,8 @@ def backoff_seconds(attempts: int) -> float:
 
 
 def claimable_exist(now: datetime) -> bool:
-    """Whether an unpublished row is claimable (not backing off, not leased): the idle dispatcher's look,
-    twenty times a second, written once per process (core.db.sql_query)."""
+    """Whether an unpublished row is claimable (not backing off, not leased): the idle
+    dispatcher's look, twenty times a second, written once per process (core.db.sql_query)."""
     return bool(
         sql_query(
             "SELECT 1 FROM {o} WHERE {o.published_at} IS NULL "
