@@ -89,6 +89,17 @@ def sql_query(template: str, params: Sequence[Any] = (), **models: type[Model]) 
         return cursor.fetchall() if cursor.description is not None else []
 
 
+def sql_execute_many(template: str, rows: Sequence[Sequence[Any]], **models: type[Model]) -> None:
+    """Run `template` (written as for sql_query) once for each of `rows` (executemany), its
+    values adapted as sql_query adapts them: the batch writes of hot loops, with no model
+    instance and no per-field preparation for each row."""
+    if not rows:
+        return
+    conn = connections[DEFAULT_DB_ALIAS]
+    with conn.cursor() as cursor:
+        cursor.executemany(_formatted(conn, template, models), [[_adapt(conn, value) for value in row] for row in rows])
+
+
 def _formatted(conn: Any, template: str, models: dict[str, type[Model]]) -> str:
     key = (template, tuple(models.items()), conn.vendor)
     sql = _QUERIES.get(key)

@@ -17,10 +17,15 @@ from contextlib import AbstractContextManager, nullcontext
 
 from django.db import DatabaseError, close_old_connections
 
-from delivery.models import Notification
 from delivery.selectors import notifications_due_exist
 from delivery.senders import send
-from delivery.services import SendResult, notifications_claim, notifications_record, notifications_release
+from delivery.services import (
+    ClaimedNotification,
+    SendResult,
+    notifications_claim,
+    notifications_record,
+    notifications_release,
+)
 
 logger = logging.getLogger("serviceagent.delivery")
 
@@ -45,7 +50,7 @@ class Deliverer:
         self.batch_size = batch_size
         self.write_guard = write_guard
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="delivery")
-        self.results: queue.Queue[tuple[Notification, SendResult]] = queue.Queue()
+        self.results: queue.Queue[tuple[ClaimedNotification, SendResult]] = queue.Queue()
         self.per_subscription = per_subscription
         self.in_flight = 0
         # Tries in flight per subscription: a slow receiver holds at most per_subscription threads.
@@ -54,7 +59,7 @@ class Deliverer:
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
         # Tries handed to the pool and not yet done: those a stop cancels are given back.
-        self._queued: dict[Future, Notification] = {}
+        self._queued: dict[Future, ClaimedNotification] = {}
 
     def step(self) -> int:
         """Record what came back, then claim and start what is due and fits; returns how many
@@ -62,7 +67,7 @@ class Deliverer:
         recorded = self.record_ready()
         with self._lock:
             room = self.concurrency - self.in_flight
-        claimed: list[Notification] = []
+        claimed: list[ClaimedNotification] = []
         if room > 0 and self.may_claim() and notifications_due_exist():
             with self._lock:
                 busy = dict(self.in_flight_by_subscription)
@@ -82,7 +87,7 @@ class Deliverer:
     def _forget(self, future: Future) -> None:
         self._queued.pop(future, None)
 
-    def _try(self, notification: Notification) -> None:
+    def _try(self, notification: ClaimedNotification) -> None:
         self.results.put((notification, send(notification)))
         self._came_back.set()
 
@@ -124,7 +129,7 @@ class Deliverer:
                     self.in_flight_by_subscription += Counter()  # drop the zeros
         return len(ready)
 
-    def _record(self, ready: list[tuple[Notification, SendResult]]) -> None:
+    def _record(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> None:
         """Record, trying again after a transient failure (a deadlock another cluster's
         transaction broke, a busy database): an unrecorded try would be sent again only
         after its lease."""

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
-from core.db import db_datetime, db_uuid, insert_many, rows_by_key, sql_query, update_many
+from core.db import db_datetime, db_uuid, insert_many, rows_by_key, sql_execute_many, sql_query
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -380,13 +380,32 @@ def _matches(subscription: _Target, event: FanoutEvent) -> bool:
 # --- The delivery loop's claims and outcomes ----------------------------------------------
 
 
+@dataclass(slots=True)
+class ClaimedNotification:
+    """A claimed notification as a try and its recording read it: a plain row, not a model
+    instance (the delivery loop claims thousands a second during a burst, and building each
+    through the ORM cost more than the database's work)."""
+
+    pk: uuid.UUID
+    subscription: Subscription  # loaded once per claim for all its notifications
+    envelope: dict[str, Any]
+    attempts: int
+    step: int
+    manual: bool
+    event_created_at: datetime
+
+    @property
+    def subscription_id(self) -> uuid.UUID:
+        return self.subscription.subscription_id
+
+
 def notifications_claim(
     *,
     limit: int,
     now: datetime | None = None,
     in_flight: Mapping[uuid.UUID, int] | None = None,
     per_subscription: int | None = None,
-) -> list[Notification]:
+) -> list[ClaimedNotification]:
     """Claim due notifications of enabled subscriptions, at most `limit`.
 
     Only the head of each (subscription, call) queue can be due: a notification with an earlier
@@ -413,30 +432,44 @@ def notifications_claim(
                 break
         if not chosen:
             return []
-        # The lease, and the next try at its end: a claimed notification leaves the due range of
-        # the index, so the next claims do not walk over the tries in flight (if this one never
-        # comes back, it is due again when its lease ends, as before).
-        lease = now + LEASE
-        update_many(
-            Notification,
-            set_fields=(),
-            where_fields=("notification_id",),
-            rows=[(pk,) for pk in chosen],
-            set_constants={"locked_until": lease, "next_attempt_at": lease},
-        )
-        # What a try and its recording read (delivery/senders.py, notifications_record); each
-        # subscription is loaded once, not once per notification. The rows are already locked
-        # by this transaction (the claim's FOR UPDATE).
-        claimed = rows_by_key(Notification, keys=chosen, fields=_TRIED_FIELDS)
+        rows = _leased(chosen, lease=now + LEASE)
         subscriptions = {
-            row.pk: row for row in rows_by_key(Subscription, keys=list({n.subscription_id for n in claimed}))
+            row.pk: row for row in rows_by_key(Subscription, keys=sorted({db_uuid(row[1]) for row in rows}))
         }
-    for notification in claimed:
-        notification.subscription = subscriptions[notification.subscription_id]
+    envelope = Notification._meta.get_field("envelope")
+    claimed = {
+        db_uuid(pk): ClaimedNotification(
+            pk=db_uuid(pk),
+            subscription=subscriptions[db_uuid(subscription_id)],
+            envelope=envelope.from_db_value(payload, None, connection),
+            attempts=attempts,
+            step=step,
+            manual=bool(manual),
+            event_created_at=db_datetime(event_created_at),
+        )
+        for pk, subscription_id, payload, attempts, step, manual, event_created_at in rows
+    }
     # In the order chosen (due first), which the loop hands to its threads.
-    order = {pk: i for i, pk in enumerate(chosen)}
-    claimed.sort(key=lambda n: order[n.pk])
-    return claimed
+    return [claimed[pk] for pk in chosen]
+
+
+def _leased(keys: list[uuid.UUID], *, lease: datetime) -> list[tuple[Any, ...]]:
+    """Lease `keys` until `lease`, with the next try at its end: a claimed notification leaves
+    the due range of the index, so the next claims do not walk over the tries in flight (if
+    this one never comes back, it is due again when its lease ends). Returns what a try and its
+    recording read of each (delivery/senders.py, notifications_record): one statement, written
+    once per process (core.db.sql_query), with RETURNING where the database has it."""
+    marks = ", ".join(["%s"] * len(keys))
+    update = (
+        f"UPDATE {{n}} SET {{n.locked_until}} = %s, {{n.next_attempt_at}} = %s WHERE {{n.notification_id}} IN ({marks})"
+    )
+    columns = (
+        "{n.notification_id}, {n.subscription}, {n.envelope}, {n.attempts}, {n.step}, {n.manual}, {n.event_created_at}"
+    )
+    if connection.features.can_return_columns_from_insert:  # UPDATE ... RETURNING too (SQLite 3.35+)
+        return sql_query(f"{update} RETURNING {columns}", [lease, lease, *keys], n=Notification)
+    sql_query(update, [lease, lease, *keys], n=Notification)
+    return sql_query(f"SELECT {columns} FROM {{n}} WHERE {{n.notification_id}} IN ({marks})", keys, n=Notification)
 
 
 def _due_keys(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> list[tuple[uuid.UUID, uuid.UUID]]:
@@ -472,10 +505,6 @@ def _due_keys(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> li
     return [(db_uuid(pk), db_uuid(sub)) for pk, sub in rows]
 
 
-# The fields of a claimed notification that a try and its recording use.
-_TRIED_FIELDS = ("subscription_id", "envelope", "attempts", "step", "manual", "event_created_at")
-
-
 @dataclass(frozen=True)
 class SendResult:
     """What one try gave: success, or an error (with a status for an HTTP answer)."""
@@ -504,20 +533,14 @@ def retry_delay(*, step: int, retry_after: float | None = None, jitter: random.R
     return base * (jitter or random).uniform(0.9, 1.1)
 
 
-# What a successful try sets besides its attempt count and times.
-_SUCCESS = {
-    "state": Notification.State.SUCCEEDED,
-    "manual": False,
-    "locked_until": None,
-    "next_attempt_at": None,
-    "last_error": "",
-}
-
-
-def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) -> None:
+def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notification, SendResult]]) -> None:
     """Record the tries of claimed notifications and move each on: SUCCEEDED, FAILED with its
     next try, or EXPIRED; keep each subscription's failing streak, and disable a subscription
-    that answered 410 or has failed for SUBSCRIPTION_DISABLE_AFTER."""
+    that answered 410 or has failed for SUBSCRIPTION_DISABLE_AFTER.
+
+    The successes (nearly every try) and their subscriptions' streaks are statements written
+    once per process (core.db.sql_query), one per batch rather than compiled per row: the
+    delivery loop records thousands of tries a second during a burst."""
     results = list(results)
     if not results:
         return
@@ -526,30 +549,36 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
     with transaction.atomic():
         # A subscription deleted while its try was out took its notifications along: nothing to
         # record for those (and an attempt row pointing at them would fail the whole batch).
-        existing = set(Notification.objects.filter(pk__in=[n.pk for n, _ in results]).values_list("pk", flat=True))
+        marks = ", ".join(["%s"] * len(results))
+        existing = {
+            db_uuid(pk)
+            for (pk,) in sql_query(
+                f"SELECT {{n.notification_id}} FROM {{n}} WHERE {{n.notification_id}} IN ({marks})",
+                [n.pk for n, _ in results],
+                n=Notification,
+            )
+        }
         results = [(n, result) for n, result in results if n.pk in existing]
         attempts = []
-        succeeded: list[tuple[Any, ...]] = []
+        succeeded: dict[int, list[uuid.UUID]] = {}  # by attempt count: one statement for each
         outcome_by_subscription: dict[uuid.UUID, list[SendResult]] = {}
         for notification, result in results:
             n = notification.attempts + 1
+            trigger = DeliveryAttempt.Trigger.MANUAL if notification.manual else DeliveryAttempt.Trigger.SCHEDULED
             attempts.append(
-                {
-                    "notification_id": notification.pk,
-                    "n": n,
-                    "trigger": DeliveryAttempt.Trigger.MANUAL
-                    if notification.manual
-                    else DeliveryAttempt.Trigger.SCHEDULED,
-                    "started_at": result.started_at,
-                    "latency_ms": result.latency_ms,
-                    "status_code": result.status_code,
-                    "response_snippet": result.response_snippet[:1000],
-                    "error": result.error[:1000],
-                }
+                (
+                    notification.pk,
+                    n,
+                    trigger.value,
+                    result.started_at,
+                    result.latency_ms,
+                    result.status_code,
+                    result.response_snippet[:1000],
+                    result.error[:1000],
+                )
             )
             if result.succeeded:
-                # Only the attempt count differs between successes: the rest is the same for all.
-                succeeded.append((n, notification.pk))
+                succeeded.setdefault(n, []).append(notification.pk)
             else:
                 changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
                 step = notification.step + 1
@@ -561,15 +590,21 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
                     changes.update(state=Notification.State.FAILED, next_attempt_at=now + timedelta(seconds=delay))
                 Notification.objects.filter(pk=notification.pk).update(**changes)
             outcome_by_subscription.setdefault(notification.subscription_id, []).append(result)
-        # The successes (nearly every try) in one statement run for each row.
-        update_many(
-            Notification,
-            set_fields=("attempts",),
-            where_fields=("notification_id",),
-            rows=succeeded,
-            set_constants={**_SUCCESS, "updated_at": now, "delivered_at": now},
+        for n, keys in succeeded.items():
+            sql_query(
+                "UPDATE {n} SET {n.state} = %s, {n.attempts} = %s, {n.manual} = %s, {n.locked_until} = NULL, "
+                "{n.next_attempt_at} = NULL, {n.last_error} = '', {n.updated_at} = %s, {n.delivered_at} = %s "
+                f"WHERE {{n.notification_id}} IN ({', '.join(['%s'] * len(keys))})",
+                [Notification.State.SUCCEEDED.value, n, False, now, now, *keys],
+                n=Notification,
+            )
+        sql_execute_many(
+            "INSERT INTO {a} ({a.notification}, {a.n}, {a.trigger}, {a.started_at}, {a.latency_ms}, "
+            "{a.status_code}, {a.response_snippet}, {a.error}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT DO NOTHING",
+            attempts,
+            a=DeliveryAttempt,
         )
-        insert_many(DeliveryAttempt, rows=attempts, ignore_conflicts=True)
         # In key order: two delivery loops (clusters) recording at once lock the subscriptions
         # they share in the same order, so they never deadlock on them.
         for subscription_id in sorted(outcome_by_subscription):
@@ -577,10 +612,14 @@ def notifications_record(*, results: Iterable[tuple[Notification, SendResult]]) 
 
 
 def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], now: datetime) -> None:
-    rows = Subscription.objects.filter(pk=subscription_id)
     if any(result.succeeded for result in outcomes):
-        rows.update(failing_since=None, last_success_at=now)
+        sql_query(
+            "UPDATE {s} SET {s.failing_since} = NULL, {s.last_success_at} = %s WHERE {s.subscription_id} = %s",
+            [now, subscription_id],
+            s=Subscription,
+        )
         return
+    rows = Subscription.objects.filter(pk=subscription_id)
     if any(result.gone for result in outcomes):
         rows.filter(enabled=True).update(enabled=False, disabled_reason=GONE_REASON, updated_at=now)
         _log_disabled(subscription_id, GONE_REASON)
@@ -605,7 +644,7 @@ def _human(seconds: float) -> str:
     return f"{seconds:g} seconds"
 
 
-def notifications_release(*, notifications: Sequence[Notification]) -> None:
+def notifications_release(*, notifications: Sequence[ClaimedNotification | Notification]) -> None:
     """Give back claims that were not tried (the loop is stopping): due again at once."""
     # Only rows still open: one finished meanwhile must not be reopened.
     Notification.objects.filter(pk__in=[n.pk for n in notifications], next_attempt_at__isnull=False).update(

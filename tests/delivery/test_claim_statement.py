@@ -15,9 +15,17 @@ from django.db.models import Exists, OuterRef, Q
 
 from core.db import rows_by_key
 from core.ids import utcnow
-from delivery.models import Notification, Subscription
+from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.selectors import OPEN_STATES, notifications_due_exist
-from delivery.services import _due_keys, subscription_create, subscription_send_test
+from delivery.services import (
+    LEASE,
+    SendResult,
+    _due_keys,
+    notifications_claim,
+    notifications_record,
+    subscription_create,
+    subscription_send_test,
+)
 from delivery.validation import SubscriptionInput
 from outbox.dispatcher import dispatch_batch
 from tests.support.factories import make_call
@@ -132,3 +140,96 @@ def test_a_notification_another_claim_holds_is_skipped_and_the_subscription_stay
         # The candidate is locked by this transaction; its subscription is not.
         assert not in_another_connection(lambda: locks_at_once(Notification, free.pk))
         assert in_another_connection(lambda: locks_at_once(Subscription, hook.pk))
+
+
+@pytest.fixture(params=["returning", "no-returning"])
+def database(request, monkeypatch):
+    """The claim leases and reads its rows in one UPDATE ... RETURNING where the database can
+    (SQLite 3.35+, PostgreSQL), else in an UPDATE then a SELECT: both paths run."""
+    if request.param == "no-returning":
+        from django.db import connection
+
+        monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+
+
+def test_the_claim_leases_the_chosen_rows_and_reads_each_as_stored(db, mixed, database):
+    """What a try and its recording read of a claimed notification is its row as stored, with
+    its subscription; the chosen rows (only they) are leased, in the claim's order."""
+    hooks, now = mixed
+    Notification.objects.filter(pk__in=[pk for pk, _ in orm_due_keys(now=now, excluded=[], limit=3)]).update(
+        attempts=2, step=1, manual=True
+    )
+    want = [pk for pk, _ in orm_due_keys(now=now, excluded=[], limit=5)]
+    before = {n.pk: (n.locked_until, n.next_attempt_at) for n in Notification.objects.all()}
+
+    claimed = notifications_claim(limit=5, now=now)
+
+    assert [n.pk for n in claimed] == want
+    for item in claimed:
+        row = Notification.objects.get(pk=item.pk)
+        assert (item.envelope, item.attempts, item.step, item.manual, item.event_created_at) == (
+            row.envelope,
+            row.attempts,
+            row.step,
+            row.manual,
+            row.event_created_at,
+        )
+        assert item.subscription == row.subscription and item.subscription.url == row.subscription.url
+        assert item.subscription_id == row.subscription_id
+        assert row.locked_until == row.next_attempt_at == now + LEASE
+    assert sum(item.manual for item in claimed) == 3
+    untouched = {n.pk: (n.locked_until, n.next_attempt_at) for n in Notification.objects.exclude(pk__in=want)}
+    assert untouched == {pk: times for pk, times in before.items() if pk not in want}
+
+
+def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
+    """Successes in one statement per attempt count, failures each on their own: states,
+    counts, the attempt log and the subscriptions' streaks as each try says."""
+    hooks, now = mixed
+    Notification.objects.filter(pk__in=[pk for pk, _ in orm_due_keys(now=now, excluded=[], limit=2)]).update(
+        attempts=3, manual=True
+    )
+    claimed = notifications_claim(limit=6, now=now)
+    assert len(claimed) == 6
+    failed_subscription = claimed[5].subscription_id
+    Subscription.objects.filter(pk=failed_subscription).update(last_success_at=None)
+    at = utcnow()
+    results = [(n, SendResult(succeeded=True, started_at=at, latency_ms=4, status_code=204)) for n in claimed[:5]]
+    results.append((claimed[5], SendResult(succeeded=False, started_at=at, status_code=500, error="HTTP 500")))
+
+    notifications_record(results=results)
+
+    rows = {n.pk: n for n in Notification.objects.filter(pk__in=[n.pk for n in claimed])}
+    for item in claimed[:5]:
+        row = rows[item.pk]
+        assert (row.state, row.attempts, row.manual, row.locked_until, row.next_attempt_at, row.last_error) == (
+            Notification.State.SUCCEEDED,
+            item.attempts + 1,
+            False,
+            None,
+            None,
+            "",
+        )
+        assert row.delivered_at is not None and row.delivered_at >= at
+    failed = rows[claimed[5].pk]
+    assert (failed.state, failed.attempts, failed.step, failed.last_error) == (
+        Notification.State.FAILED,
+        1,
+        1,
+        "HTTP 500",
+    )
+    assert failed.next_attempt_at > at and failed.delivered_at is None
+    logged = {
+        (a.notification_id, a.n, a.trigger, a.status_code, a.latency_ms, a.error)
+        for a in DeliveryAttempt.objects.filter(notification_id__in=rows)
+    }
+    assert logged == {
+        (n.pk, n.attempts + 1, "manual" if n.manual else "scheduled", r.status_code, r.latency_ms, r.error)
+        for n, r in results
+    }
+    assert sum(1 for n, _ in results if n.manual) == 2
+    succeeded_subscriptions = {n.subscription_id for n, r in results if r.succeeded}
+    for subscription in Subscription.objects.filter(pk__in=succeeded_subscriptions):
+        assert subscription.last_success_at is not None and subscription.failing_since is None
+    if failed_subscription not in succeeded_subscriptions:
+        assert Subscription.objects.get(pk=failed_subscription).failing_since is not None

@@ -51,7 +51,8 @@ def test_events_raised_while_disabled_are_queued_and_wait_until_it_is_enabled(wo
 
     _set_enabled(subscription, True)
     [claimed] = notifications_claim(limit=10)  # the head of the call's queue, in order
-    assert claimed.subscription_id == subscription.pk and claimed.event_seq == 1
+    assert claimed.subscription_id == subscription.pk
+    assert Notification.objects.get(pk=claimed.pk).event_seq == 1
 
 
 def test_enabling_expires_what_waited_longer_than_the_expiry_and_recover_brings_it_back(world, settings):

@@ -217,6 +217,25 @@ def test_during_a_rotation_both_secrets_sign_and_either_verifies(world):
     assert len(webhook_signature(subscription, msg_id="evt_1", at=later, body=body).split(" ")) == 1
 
 
+def test_a_secret_whose_sealing_key_is_gone_signs_nothing_even_after_it_signed(world, settings):
+    """A secret is unsealed once per process and sealing keys (core/secrets.py), not once per
+    delivery; with the keys that sealed it gone, it no longer signs, as before that cache."""
+    from cryptography.fernet import Fernet
+
+    from core.secrets import SecretUnavailable
+
+    subscription, secret = webhook("http://127.0.0.1:9/")
+    body = webhook_body({"id": "evt_1", "type": "X"})
+    at = utcnow()
+    header = webhook_signature(subscription, msg_id="evt_1", at=at, body=body)
+    headers = {"webhook-id": "evt_1", "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": header}
+    assert Webhook(secret).verify(body, headers) == json.loads(body)
+
+    settings.FIELD_ENCRYPTION_KEYS = [Fernet.generate_key().decode()]
+    with pytest.raises(SecretUnavailable):
+        webhook_signature(subscription, msg_id="evt_1", at=at, body=body)
+
+
 def test_a_test_event_and_recover_go_out_as_manual_tries(transactional_db, world, settings):
     from delivery.runner import deliver_now
 
