@@ -197,6 +197,17 @@ class JetStreamPublisher:
             raise ValueError(f"invalid msg_id {msg_id!r}")
         return self._call(self._publish(subject, payload, msg_id))
 
+    def publish_many(self, messages: Sequence[tuple[str, bytes, str]]) -> list[PublishAck | JetStreamError]:
+        """Publish (subject, payload, msg_id) messages at once and wait for every ack: one
+        hand-over to the loop for the batch, not one per message, and the messages' round trips
+        overlap. Each message gets its ack or its own JetStreamError; the whole batch fails
+        (raises) only when the connection does."""
+        for _, _, msg_id in messages:
+            if not msg_id or not msg_id.isprintable() or " " in msg_id:
+                raise ValueError(f"invalid msg_id {msg_id!r}")
+        # The acks have their own timeout each: the batch's bound leaves them room to fail one by one.
+        return self._call(self._publish_many(messages), timeout_s=2 * self._timeout_s) if messages else []
+
     def close(self) -> None:
         """Drain the connection and stop the loop thread; later calls raise JetStreamError."""
         with self._lock:
@@ -213,7 +224,8 @@ class JetStreamPublisher:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(self._timeout_s)
 
-    def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+    def _call(self, coroutine: Coroutine[Any, Any, T], *, timeout_s: float | None = None) -> T:
+        timeout_s = timeout_s or self._timeout_s
         with self._lock:
             if self._closed:
                 coroutine.close()
@@ -225,14 +237,14 @@ class JetStreamPublisher:
                 )
                 self._thread.start()
             loop = self._loop
-        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, self._timeout_s), loop)
+        future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coroutine, timeout_s), loop)
         try:
             # The loop enforces timeout_s; the extra second only guards against a stuck loop.
-            return future.result(self._timeout_s + 1)
+            return future.result(timeout_s + 1)
         except TimeoutError:
             future.cancel()
             why = f" (last error: {self._last_error})" if self._last_error else ""
-            raise JetStreamError(f"no answer from NATS at {self.where} within {self._timeout_s}s{why}") from None
+            raise JetStreamError(f"no answer from NATS at {self.where} within {timeout_s}s{why}") from None
         except FutureCancelledError:
             raise JetStreamError("the JetStream publisher was closed") from None
         except nats.errors.Error as error:
@@ -295,7 +307,27 @@ class JetStreamPublisher:
         logger.info("reconnected to NATS at %s", self.where)
 
     async def _publish(self, subject: str, payload: bytes, msg_id: str) -> PublishAck:
+        return await self._publish_on(await self._jetstream(), subject, payload, msg_id)
+
+    async def _publish_many(self, messages: Sequence[tuple[str, bytes, str]]) -> list[PublishAck | JetStreamError]:
         js = await self._jetstream()
+        # Each publish waits for its ack within the context's timeout (nats-py's request), so a
+        # lost ack fails its message and not the others; _call bounds the whole batch.
+        results = await asyncio.gather(
+            *(self._publish_on(js, *message) for message in messages), return_exceptions=True
+        )
+        return [self._as_error(result) if isinstance(result, BaseException) else result for result in results]
+
+    def _as_error(self, error: BaseException) -> JetStreamError:
+        if isinstance(error, JetStreamError):
+            return error
+        if isinstance(error, TimeoutError):  # nats-py's TimeoutError is one too
+            return JetStreamError(f"no ack from NATS at {self.where} within {self._timeout_s}s")
+        if isinstance(error, nats.errors.Error):
+            return JetStreamError(f"NATS at {self.where}: {error}")
+        raise error
+
+    async def _publish_on(self, js: JetStreamContext, subject: str, payload: bytes, msg_id: str) -> PublishAck:
         try:
             ack = await js.publish(subject, payload, headers={Header.MSG_ID: msg_id})
         except nats.js.errors.NoStreamResponseError:

@@ -17,8 +17,9 @@ from contextlib import AbstractContextManager, nullcontext
 
 from django.db import DatabaseError, close_old_connections
 
+from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
-from delivery.senders import send
+from delivery.senders import send, send_nats_many
 from delivery.services import (
     ClaimedNotification,
     SendResult,
@@ -59,7 +60,7 @@ class Deliverer:
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
         # Tries handed to the pool and not yet done: those a stop cancels are given back.
-        self._queued: dict[Future, ClaimedNotification] = {}
+        self._queued: dict[Future, list[ClaimedNotification]] = {}
 
     def step(self) -> int:
         """Record what came back, then claim and start what is due and fits; returns how many
@@ -78,17 +79,24 @@ class Deliverer:
             with self._lock:
                 self.in_flight += len(claimed)
                 self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
-            for notification in claimed:
-                future = self.pool.submit(self._try, notification)
-                self._queued[future] = notification
+            # Webhooks one per thread; NATS together, one publish batch (delivery/senders.py).
+            nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
+            tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
+            for batch in [nats] + tries if nats else tries:
+                future = self.pool.submit(self._try, batch)
+                self._queued[future] = batch
                 future.add_done_callback(self._forget)
         return recorded + len(claimed)
 
     def _forget(self, future: Future) -> None:
         self._queued.pop(future, None)
 
-    def _try(self, notification: ClaimedNotification) -> None:
-        self.results.put((notification, send(notification)))
+    def _try(self, batch: list[ClaimedNotification]) -> None:
+        if len(batch) == 1:
+            self.results.put((batch[0], send(batch[0])))
+        else:
+            for notification, result in zip(batch, send_nats_many(batch), strict=True):
+                self.results.put((notification, result))
         self._came_back.set()
 
     def wait(self, timeout: float) -> None:
@@ -156,7 +164,7 @@ class Deliverer:
         and sent again when the lease ends (at least once, docs/events.md)."""
         queued = dict(self._queued)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        cancelled = [notification for future, notification in queued.items() if future.cancelled()]
+        cancelled = [notification for future, batch in queued.items() if future.cancelled() for notification in batch]
         if cancelled:
             with self._lock:
                 self.in_flight -= len(cancelled)

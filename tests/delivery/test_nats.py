@@ -21,10 +21,12 @@ import nats.errors
 import pytest
 from nats.js import JetStreamContext
 
+from core.ids import new_id, utcnow
 from delivery.nats import (
     DEFAULT_SUBJECT_TEMPLATE,
     JetStreamError,
     JetStreamPublisher,
+    PublishAck,
     subject_covers,
     subject_for,
     validate_subject_template,
@@ -296,6 +298,33 @@ def test_eight_threads_publishing_at_once_all_get_acks(publisher, stream):
 
 
 @pytest.mark.nats
+def test_a_batch_gets_an_ack_or_an_error_for_each_message_and_one_bad_one_fails_alone(publisher, stream):
+    """publish_many, the delivery loop's way of trying NATS notifications together: each
+    message its own answer, in the order given, stored once per msg_id."""
+    publisher.ensure_stream()
+    subject = f"{stream.prefix}.acme.Type"
+    sent = [(subject, f'{{"n":{n}}}'.encode() + bytes([0, 255]), f"event-{n}") for n in range(40)]
+    batch = sent[:20] + [("elsewhere.acme.Type", b"{}", "event-x")] + sent[20:] + [sent[3]]
+
+    answers = publisher.publish_many(batch)
+
+    assert len(answers) == len(batch)
+    refused = answers[20]
+    assert isinstance(refused, JetStreamError) and "no stream takes subject 'elsewhere.acme.Type'" in str(refused)
+    acks = answers[:20] + answers[21:-1]
+    assert all(isinstance(ack, PublishAck) and not ack.duplicate for ack in acks)
+    assert sorted(ack.seq for ack in acks) == list(range(1, 41))
+    assert isinstance(answers[-1], PublishAck) and answers[-1].duplicate and answers[-1].seq == answers[3].seq
+    received = stream_messages(stream.name)
+    assert sorted((msg.headers["Nats-Msg-Id"], msg.data) for msg in received) == sorted(
+        (msg_id, payload) for _, payload, msg_id in sent
+    )
+    assert publisher.publish_many([]) == []
+    with pytest.raises(ValueError, match="invalid msg_id"):
+        publisher.publish_many([(subject, b"{}", "ok"), (subject, b"{}", "two words")])
+
+
+@pytest.mark.nats
 def test_it_refuses_a_subject_outside_the_stream(publisher, stream):
     publisher.ensure_stream()
     started = time.monotonic()
@@ -314,6 +343,10 @@ def test_it_raises_within_the_timeout_when_nats_is_unreachable(stream):
         assert time.monotonic() - started < 2.5
         with pytest.raises(JetStreamError, match="no answer"):
             publisher.ensure_stream()
+        started = time.monotonic()
+        with pytest.raises(JetStreamError, match=r"no answer from NATS .* within 2\.0s"):
+            publisher.publish_many([("serviceagent.acme.Type", b"{}", f"event-{n}") for n in range(3)])
+        assert time.monotonic() - started < 4
     finally:
         started = time.monotonic()
         publisher.close()
@@ -400,3 +433,113 @@ def _ensured(publisher: JetStreamPublisher) -> bool:
         return publisher.ensure_stream() in ("created", "exists")
     except JetStreamError:
         return False
+
+
+# --- the delivery loop's NATS tries ---------------------------------------------------------
+
+
+@pytest.fixture
+def own_publisher(monkeypatch):
+    """The process's publisher made afresh for this test's settings, closed after it."""
+    from delivery import senders
+
+    monkeypatch.setattr(senders, "_publisher", None)
+    yield
+    if senders._publisher is not None:
+        senders._publisher.close()
+
+
+@pytest.mark.nats
+def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
+    transactional_db, world, settings, stream, own_publisher
+):
+    """A claim's NATS notifications go out as one batch: each is stored once with its event's
+    id as Nats-Msg-Id and its envelope as payload, each recorded with its own try's result."""
+    from delivery.models import DeliveryAttempt, Notification, Subscription
+    from delivery.runner import Deliverer
+    from delivery.senders import nats_publisher, webhook_body
+    from delivery.services import subscription_create, subscription_send_test
+    from delivery.validation import SubscriptionInput
+
+    settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name
+    settings.NATS_SUBJECT_TEMPLATE = f"serviceagent.{stream.prefix}.{{tenantId}}.{{type}}"
+    subscription, _ = subscription_create(
+        tenant_id="acme", data=SubscriptionInput(kind="nats", name="n", subject_template=settings.NATS_SUBJECT_TEMPLATE)
+    )
+    try:
+        nats_publisher()  # the agent's stream (subjects serviceagent.>), as at start
+    except JetStreamError as error:
+        if "overlap" not in str(error):
+            raise
+        pytest.skip(f"another stream already takes serviceagent.> on this NATS: {error}")
+    # A subscription whose subject no stream takes (set behind the validation's back): its tries
+    # fail in the same batches, each on its own.
+    stray, _ = subscription_create(
+        tenant_id="acme", data=SubscriptionInput(kind="nats", name="s", subject_template=settings.NATS_SUBJECT_TEMPLATE)
+    )
+    Subscription.objects.filter(pk=stray.pk).update(subject_template="elsewhere.{tenantId}.{type}")
+    for n in range(16):
+        subscription_send_test(tenant_id="acme", subscription_id=(stray if n % 4 == 0 else subscription).pk)
+    deliverer = Deliverer(concurrency=32, batch_size=32, per_subscription=16)
+    try:
+        deliverer.step()  # one claim, one batch of both subscriptions' tries
+        wait_for(lambda: deliverer.results.qsize() == 16, timeout=10)
+        deliverer.record_ready()
+    finally:
+        deliverer.stop(timeout=5)
+
+    strays = list(Notification.objects.filter(subscription=stray))
+    assert len(strays) == 4
+    for n in strays:
+        assert (n.state, n.attempts) == (Notification.State.FAILED, 1)
+        assert "no stream takes subject 'elsewhere.acme.ServiceAgentPing'" in n.last_error
+    notifications = list(Notification.objects.filter(subscription=subscription))
+    assert len(notifications) == 12
+    assert {n.state for n in notifications} == {Notification.State.SUCCEEDED}
+    assert DeliveryAttempt.objects.filter(notification__subscription=subscription, n=1, error="").count() == 12
+    received = run_js(lambda js: _messages(js, stream.name, stream.prefix))
+    assert sorted((msg.headers["Nats-Msg-Id"], msg.data) for msg in received) == sorted(
+        (n.envelope["id"], webhook_body(n.envelope).encode()) for n in notifications
+    )
+
+
+async def _messages(js: JetStreamContext, stream: str, prefix: str) -> list:
+    sub = await js.pull_subscribe(f"serviceagent.{prefix}.>", stream=stream)
+    messages = []
+    try:
+        while True:
+            messages += await sub.fetch(batch=100, timeout=1)
+    except nats.errors.TimeoutError:
+        pass
+    await sub.unsubscribe()
+    return messages
+
+
+def test_without_nats_url_each_nats_try_of_a_batch_fails_on_its_own_and_is_recorded(transactional_db, world, settings):
+    from delivery.models import Notification, Subscription
+    from delivery.runner import Deliverer
+    from delivery.services import subscription_send_test
+
+    settings.NATS_URL = ""
+    now = utcnow()
+    subscription = Subscription.objects.create(
+        subscription_id=new_id(),
+        tenant_id="acme",
+        kind=Subscription.Kind.NATS,
+        name="n",
+        created_at=now,
+        updated_at=now,
+    )
+    for _ in range(3):
+        subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+    deliverer = Deliverer(concurrency=8, batch_size=8)
+    try:
+        deliverer.step()
+        wait_for(lambda: deliverer.results.qsize() == 3, timeout=10)
+        deliverer.record_ready()
+    finally:
+        deliverer.stop(timeout=5)
+    tried = list(Notification.objects.filter(subscription=subscription))
+    assert [(n.state, n.attempts, n.last_error) for n in tried] == [
+        (Notification.State.FAILED, 1, "NATS_URL is not set")
+    ] * 3
