@@ -1,5 +1,5 @@
 """The delivery claim's candidates come from a statement written once per process
-(delivery.services._due_keys), not compiled by the ORM on every claim. It must pick exactly the
+(delivery.services._due_rows), not compiled by the ORM on every claim. It must pick exactly the
 rows, in exactly the order, of the ORM query it replaces, over every case the claim knows:
 leases running and run out, tries not yet due, finished notifications, a disabled
 subscription, subscriptions left out for their cap, and later events behind an open earlier one."""
@@ -13,14 +13,14 @@ import pytest
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from core.db import rows_by_key
+from core.db import db_uuid, rows_by_key
 from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.selectors import OPEN_STATES, notifications_due_exist
 from delivery.services import (
     LEASE,
     SendResult,
-    _due_keys,
+    _due_rows,
     notifications_claim,
     notifications_record,
     subscription_create,
@@ -50,6 +50,10 @@ def orm_due_keys(*, now, excluded, limit):
         .order_by("next_attempt_at", "event_seq")
         .values_list("pk", "subscription_id")[:limit]
     )
+
+
+def _due_keys(**kwargs):
+    return [(db_uuid(pk), db_uuid(sub)) for pk, sub in _due_rows(**kwargs)]
 
 
 @pytest.fixture
