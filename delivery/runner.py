@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, transaction
 
 from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
@@ -63,30 +63,31 @@ class Deliverer:
         self._queued: dict[Future, list[ClaimedNotification]] = {}
 
     def step(self) -> int:
-        """Record what came back, then claim and start what is due and fits; returns how many
-        notifications it moved (0: idle)."""
-        recorded = self.record_ready()
+        """Record what came back and claim what is due and fits, in one write transaction, then
+        start the claimed; returns how many notifications it moved (0: idle)."""
+        ready = self._take_ready()
         with self._lock:
-            room = self.concurrency - self.in_flight
+            room = self.concurrency - self.in_flight + len(ready)  # the recorded free their threads
+            busy = Counter(self.in_flight_by_subscription)
+        busy.subtract(n.subscription_id for n, _ in ready)
+        limit = min(room, self.batch_size) if room > 0 and self.may_claim() and notifications_due_exist() else 0
         claimed: list[ClaimedNotification] = []
-        if room > 0 and self.may_claim() and notifications_due_exist():
-            with self._lock:
-                busy = dict(self.in_flight_by_subscription)
-            with self.write_guard():
-                claimed = notifications_claim(
-                    limit=min(room, self.batch_size), in_flight=busy, per_subscription=self.per_subscription
-                )
-            with self._lock:
-                self.in_flight += len(claimed)
-                self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
-            # Webhooks one per thread; NATS together, one publish batch (delivery/senders.py).
-            nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
-            tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
-            for batch in [nats] + tries if nats else tries:
-                future = self.pool.submit(self._try, batch)
-                self._queued[future] = batch
-                future.add_done_callback(self._forget)
-        return recorded + len(claimed)
+        try:
+            if ready or limit:
+                claimed = self._write(ready, limit=limit, busy=+busy)
+        finally:
+            self._release(ready)
+        with self._lock:
+            self.in_flight += len(claimed)
+            self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
+        # Webhooks one per thread; NATS together, one publish batch (delivery/senders.py).
+        nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
+        tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
+        for batch in [nats] + tries if nats else tries:
+            future = self.pool.submit(self._try, batch)
+            self._queued[future] = batch
+            future.add_done_callback(self._forget)
+        return len(ready) + len(claimed)
 
     def _forget(self, future: Future) -> None:
         self._queued.pop(future, None)
@@ -119,39 +120,53 @@ class Deliverer:
             self._came_back.clear()
 
     def record_ready(self) -> int:
+        """Record what came back (and claim nothing)."""
+        ready = self._take_ready()
+        try:
+            if ready:
+                self._write(ready, limit=0, busy=Counter())
+        finally:
+            self._release(ready)
+        return len(ready)
+
+    def _take_ready(self) -> list[tuple[ClaimedNotification, SendResult]]:
         ready = []
         while True:
             try:
                 ready.append(self.results.get_nowait())
             except queue.Empty:
-                break
-        if ready:
-            try:
-                self._record(ready)
-            finally:
-                # Whatever recording did, these tries are over: their threads are free again (an
-                # unrecorded try is sent again when its lease ends: at least once).
-                with self._lock:
-                    self.in_flight -= len(ready)
-                    self.in_flight_by_subscription.subtract(n.subscription_id for n, _ in ready)
-                    self.in_flight_by_subscription += Counter()  # drop the zeros
-        return len(ready)
+                return ready
 
-    def _record(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> None:
-        """Record, trying again after a transient failure (a deadlock another cluster's
-        transaction broke, a busy database): an unrecorded try would be sent again only
-        after its lease."""
+    def _release(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> None:
+        """Whatever recording did, these tries are over: their threads are free again (an
+        unrecorded try is sent again when its lease ends: at least once)."""
+        with self._lock:
+            self.in_flight -= len(ready)
+            self.in_flight_by_subscription.subtract(n.subscription_id for n, _ in ready)
+            self.in_flight_by_subscription += Counter()  # drop the zeros
+
+    def _write(
+        self, ready: list[tuple[ClaimedNotification, SendResult]], *, limit: int, busy: Counter[uuid.UUID]
+    ) -> list[ClaimedNotification]:
+        """Record `ready` and claim up to `limit` in one write transaction: every write a
+        transaction, its turn and SQLite's lock, is paid once for both (a busy loop recorded and
+        claimed many times a second). Tried again after a transient failure (a deadlock another
+        cluster's transaction broke, a busy database): an unrecorded try would be sent again
+        only after its lease."""
         for attempt in range(RECORD_TRIES):
             try:
-                with self.write_guard():
+                with self.write_guard(), transaction.atomic():
                     notifications_record(results=ready)
-                return
+                    if not limit:
+                        return []
+                    return notifications_claim(limit=limit, in_flight=busy, per_subscription=self.per_subscription)
             except DatabaseError:
                 if attempt == RECORD_TRIES - 1:
                     raise
                 logger.warning("recording %d delivery tries failed; trying again", len(ready), exc_info=True)
                 close_old_connections()
                 time.sleep(0.05 * (attempt + 1))
+        return []  # not reached: the last try returns or raises
 
     def idle(self) -> bool:
         with self._lock:

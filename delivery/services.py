@@ -413,11 +413,14 @@ def notifications_claim(
     behind an earlier one that has neither succeeded nor expired, and nothing else waits
     (docs/events.md, "Order"). With `per_subscription`, a subscription never has more than that
     many tries in flight (`in_flight` counts this loop's), so one slow receiver holds a few
-    threads, never all of them."""
+    threads, never all of them.
+
+    Inside a caller's transaction (the delivery loop records and claims in one) it takes no
+    savepoint: a failure rolls back the caller's whole transaction, as the loop wants."""
     now = now or utcnow()
     in_flight = in_flight or {}
     full = [sub for sub, n in in_flight.items() if per_subscription is not None and n >= per_subscription]
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         # Keys first (a few candidates per place, for the per-subscription cap), whole rows only
         # for the chosen: an envelope is decoded once per try, not once per look.
         due = _due_rows(now=now, excluded=full, limit=limit * 4)
@@ -543,13 +546,14 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
 
     The successes (nearly every try) and their subscriptions' streaks are statements written
     once per process (core.db.sql_query), one per batch rather than compiled per row: the
-    delivery loop records thousands of tries a second during a burst."""
+    delivery loop records thousands of tries a second during a burst. Inside a caller's
+    transaction it takes no savepoint, as notifications_claim."""
     results = list(results)
     if not results:
         return
     now = utcnow()
     expiry = timedelta(seconds=settings.EVENT_DELIVERY_EXPIRY)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         # A subscription deleted while its try was out took its notifications along: nothing to
         # record for those (and an attempt row pointing at them would fail the whole batch).
         marks = ", ".join(["%s"] * len(results))

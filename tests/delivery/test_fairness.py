@@ -7,7 +7,11 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+from django.db import DatabaseError
+
 from core.ids import utcnow
+from delivery import runner
 from delivery.models import Notification
 from delivery.runner import Deliverer, deliver_now
 from delivery.services import (
@@ -111,6 +115,53 @@ def test_a_deliverer_told_not_to_claim_leaves_due_notifications_and_still_record
     assert set(Notification.objects.filter(subscription=subscription).values_list("state", flat=True)) == {
         Notification.State.SUCCEEDED
     }
+
+
+def test_a_step_records_what_came_back_and_claims_the_next_in_one_write(transactional_db, world, monkeypatch):
+    """One write transaction (one write turn) per step, whatever it does: the results that
+    came back recorded, the next due claimed in their place. A claim that fails rolls the
+    recording back with it, after the loop's tries: the try is sent again when its lease ends
+    (at least once, docs/events.md)."""
+    from contextlib import contextmanager
+
+    writes = []
+
+    @contextmanager
+    def counted():
+        writes.append(1)
+        yield
+
+    with receiving() as receiver:
+        subscription = webhook(receiver.url("/ok"))
+        first = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+        deliverer = Deliverer(concurrency=1, batch_size=1, write_guard=counted)
+        try:
+            assert deliverer.step() == 1 and len(writes) == 1  # claimed, out on the thread
+            second = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+            wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
+
+            assert deliverer.step() == 2 and len(writes) == 2  # recorded and claimed: one write
+            assert Notification.objects.get(pk=first.pk).state == Notification.State.SUCCEEDED
+            assert Notification.objects.get(pk=second.pk).locked_until is not None  # its lease
+
+            third = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+            wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
+            real_claim = runner.notifications_claim
+
+            def failing_claim(**kwargs):
+                real_claim(**kwargs)
+                raise DatabaseError("the claim failed")
+
+            monkeypatch.setattr(runner, "notifications_claim", failing_claim)
+            with pytest.raises(DatabaseError):
+                deliverer.step()
+            monkeypatch.setattr(runner, "notifications_claim", real_claim)
+            assert len(writes) == 2 + runner.RECORD_TRIES
+            assert Notification.objects.get(pk=second.pk).state == Notification.State.PENDING  # rolled back
+            assert Notification.objects.get(pk=third.pk).locked_until is None  # not claimed either
+            assert deliverer.idle()  # the try is over all the same; its lease brings it back
+        finally:
+            deliverer.stop()
 
 
 def test_only_the_events_home_delivers_while_its_attempts_are_in_flight(transactional_db):
