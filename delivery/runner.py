@@ -10,9 +10,8 @@ import queue
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 
 from django.db import DatabaseError, close_old_connections, transaction
@@ -35,6 +34,15 @@ RECORD_TRIES = 3
 
 
 class Deliverer:
+    """Claims with a lease, tries on `concurrency` threads of its own, records in batches.
+
+    It claims ahead of its threads: up to twice `concurrency` notifications (and twice
+    `per_subscription` of one subscription) are claimed and not yet recorded, so a thread that
+    finishes a try takes the next one at once rather than wait for the loop's next write, which
+    during a burst waits its turn behind the calls' and the dispatcher's writes. What is sent
+    at once stays bounded as before: `concurrency` tries, `per_subscription` threads for one
+    subscription (a slow or dead receiver holds that many threads, never all of them)."""
+
     def __init__(
         self,
         *,
@@ -50,24 +58,32 @@ class Deliverer:
         self.may_claim = may_claim or (lambda: True)
         self.batch_size = batch_size
         self.write_guard = write_guard
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="delivery")
         self.results: queue.Queue[tuple[ClaimedNotification, SendResult]] = queue.Queue()
         self.per_subscription = per_subscription
+        self._claim_cap = None if per_subscription is None else 2 * per_subscription
+        # Claimed and not recorded yet (waiting for a thread, being tried, or back and waiting
+        # to be recorded): at most twice the threads, and per subscription twice its share.
         self.in_flight = 0
-        # Tries in flight per subscription: a slow receiver holds at most per_subscription threads.
         self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
         self._lock = threading.Lock()
+        self._work_ready = threading.Condition(self._lock)
+        # Claimed and not started, in claim order: each entry one thread's try (a webhook) or
+        # one publish batch (a claim's NATS notifications).
+        self._waiting: deque[list[ClaimedNotification]] = deque()
+        # Threads trying per subscription now (a NATS batch counts once for each of its own).
+        self.sending_by_subscription: Counter[uuid.UUID] = Counter()
+        self._threads: list[threading.Thread] = []
+        self._trying = 0  # threads trying now
+        self._stopping = False
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
-        # Tries handed to the pool and not yet done: those a stop cancels are given back.
-        self._queued: dict[Future, list[ClaimedNotification]] = {}
 
     def step(self) -> int:
         """Record what came back and claim what is due and fits, in one write transaction, then
-        start the claimed; returns how many notifications it moved (0: idle)."""
+        hand the claimed to the threads; returns how many notifications it moved (0: idle)."""
         ready = self._take_ready()
         with self._lock:
-            room = self.concurrency - self.in_flight + len(ready)  # the recorded free their threads
+            room = 2 * self.concurrency - self.in_flight + len(ready)  # the recorded make room
             busy = Counter(self.in_flight_by_subscription)
         busy.subtract(n.subscription_id for n, _ in ready)
         limit = min(room, self.batch_size) if room > 0 and self.may_claim() and notifications_due_exist() else 0
@@ -77,20 +93,53 @@ class Deliverer:
                 claimed = self._write(ready, limit=limit, busy=+busy)
         finally:
             self._release(ready)
-        with self._lock:
-            self.in_flight += len(claimed)
-            self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
-        # Webhooks one per thread; NATS together, one publish batch (delivery/senders.py).
-        nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
-        tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
-        for batch in [nats] + tries if nats else tries:
-            future = self.pool.submit(self._try, batch)
-            self._queued[future] = batch
-            future.add_done_callback(self._forget)
+        if claimed:
+            # Webhooks one per thread; NATS together, one publish batch (delivery/senders.py).
+            nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
+            tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
+            with self._lock:
+                self.in_flight += len(claimed)
+                self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
+                self._waiting.extend([nats, *tries] if nats else tries)
+                # Threads as they are needed, up to `concurrency`: one more for each waiting try
+                # no free thread would take.
+                while len(self._threads) < self.concurrency and len(self._threads) - self._trying < len(self._waiting):
+                    thread = threading.Thread(target=self._work, name=f"delivery_{len(self._threads)}", daemon=True)
+                    thread.start()
+                    self._threads.append(thread)
+                self._work_ready.notify(len(tries) + bool(nats))
         return len(ready) + len(claimed)
 
-    def _forget(self, future: Future) -> None:
-        self._queued.pop(future, None)
+    def _next_try(self) -> list[ClaimedNotification] | None:
+        """The first waiting try whose subscriptions have a thread to spare (lock held)."""
+        for index, batch in enumerate(self._waiting):
+            if self.per_subscription is None or all(
+                self.sending_by_subscription[sub] < self.per_subscription for sub in {n.subscription_id for n in batch}
+            ):
+                del self._waiting[index]
+                return batch
+        return None
+
+    def _work(self) -> None:
+        """A delivery thread: the next try that may start, sent, its result left for the loop."""
+        while True:
+            with self._lock:
+                while not self._stopping and (batch := self._next_try()) is None:
+                    self._work_ready.wait()
+                if self._stopping:
+                    return
+                subscriptions = {n.subscription_id for n in batch}
+                self.sending_by_subscription.update(subscriptions)
+                self._trying += 1
+            try:
+                self._try(batch)
+            finally:
+                with self._lock:
+                    self._trying -= 1
+                    self.sending_by_subscription.subtract(subscriptions)
+                    self.sending_by_subscription += Counter()  # drop the zeros
+                    if self._waiting:
+                        self._work_ready.notify()  # a try of these subscriptions may start now
 
     def _try(self, batch: list[ClaimedNotification]) -> None:
         if len(batch) == 1:
@@ -159,7 +208,7 @@ class Deliverer:
                     notifications_record(results=ready)
                     if not limit:
                         return []
-                    return notifications_claim(limit=limit, in_flight=busy, per_subscription=self.per_subscription)
+                    return notifications_claim(limit=limit, in_flight=busy, per_subscription=self._claim_cap)
             except DatabaseError:
                 if attempt == RECORD_TRIES - 1:
                     raise
@@ -177,9 +226,11 @@ class Deliverer:
         once, for another loop); wait up to `timeout` (None: for as long as they take) for the
         tries out to come back, and record them. A try still out then is left to its lease
         and sent again when the lease ends (at least once, docs/events.md)."""
-        queued = dict(self._queued)
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        cancelled = [notification for future, batch in queued.items() if future.cancelled() for notification in batch]
+        with self._lock:
+            self._stopping = True
+            cancelled = [notification for batch in self._waiting for notification in batch]
+            self._waiting.clear()
+            self._work_ready.notify_all()
         if cancelled:
             with self._lock:
                 self.in_flight -= len(cancelled)

@@ -28,8 +28,19 @@ from tenants.models import Tenant
 
 logger = logging.getLogger("serviceagent.delivery")
 
-# A delivery loop's claim on a notification; a send never outlasts it (webhook timeout 15 s).
+# A delivery loop's claim on a notification, at least (see `lease_length`).
 LEASE = timedelta(seconds=60)
+
+
+def lease_length() -> timedelta:
+    """How long a claim holds a notification: LEASE, or longer where the timeouts ask for it. A
+    loop claims ahead of its threads (delivery/runner.py), so a claimed try may wait for one
+    try of its subscription before it starts, then last its own timeout: the lease covers
+    both, with room, so that no other loop claims it meanwhile and sends it twice."""
+    longest_ms = max(settings.WEBHOOK_TIMEOUT_MS, 2 * settings.NATS_PUBLISH_TIMEOUT_MS)  # a batch: 2x
+    return max(LEASE, timedelta(milliseconds=3 * longest_ms))
+
+
 # The previous secret keeps signing this long after a rotation (receivers roll their config).
 ROTATION_OVERLAP = timedelta(hours=24)
 PING_TYPE = "ServiceAgentPing"
@@ -439,7 +450,7 @@ def notifications_claim(
                 break
         if not chosen:
             return []
-        rows = _leased(chosen, lease=now + LEASE)
+        rows = _leased(chosen, lease=now + lease_length())
         subscriptions = {
             row.pk: row for row in rows_by_key(Subscription, keys=sorted({subscription_ids[row[1]] for row in rows}))
         }

@@ -375,7 +375,8 @@ SUBSCRIPTION_DISABLE_AFTER = env_duration("SUBSCRIPTION_DISABLE_AFTER", "5d")
 WEBHOOK_TIMEOUT_MS = env_int("WEBHOOK_TIMEOUT_MS", 15_000, minimum=100, maximum=120_000)
 DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=256)
 # Per worker process (each runs a delivery loop, docs/events.md): threads trying notifications,
-# and tries in flight per subscription at most (a slow or dead receiver holds that many threads).
+# and threads one subscription may hold at once (a slow or dead receiver holds that many); each
+# is claimed ahead twice over, so a thread that finishes a try starts the next at once.
 DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, maximum=256)
 DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)

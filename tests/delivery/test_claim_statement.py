@@ -21,6 +21,7 @@ from delivery.services import (
     LEASE,
     SendResult,
     _due_rows,
+    lease_length,
     notifications_claim,
     notifications_record,
     subscription_create,
@@ -237,3 +238,17 @@ def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
         assert subscription.last_success_at is not None and subscription.failing_since is None
     if failed_subscription not in succeeded_subscriptions:
         assert Subscription.objects.get(pk=failed_subscription).failing_since is not None
+
+
+def test_the_lease_outlasts_a_wait_behind_one_try_and_a_try_of_its_own(db, mixed, settings):
+    """Claimed ahead, a try may wait for one try of its subscription, then last its timeout:
+    the lease covers both with room, whatever the timeouts are set to."""
+    hooks, now = mixed
+    assert lease_length() == LEASE  # the defaults: 15 s webhooks, 5 s NATS
+    settings.WEBHOOK_TIMEOUT_MS = 60_000
+    assert lease_length() == timedelta(seconds=180)
+    settings.WEBHOOK_TIMEOUT_MS, settings.NATS_PUBLISH_TIMEOUT_MS = 1_000, 40_000
+    assert lease_length() == timedelta(seconds=240)
+    [claimed] = notifications_claim(limit=1, now=now)
+    row = Notification.objects.get(pk=claimed.pk)
+    assert row.locked_until == row.next_attempt_at == now + timedelta(seconds=240)

@@ -4,7 +4,6 @@ A subscription deleted while its tries are out costs nothing to the others' reco
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -60,7 +59,9 @@ def test_a_slow_subscriber_holds_at_most_its_share_of_the_delivery_threads(trans
         deliverer = Deliverer(concurrency=8, batch_size=8, per_subscription=2)
         try:
             deliverer.step()
-            assert deliverer.in_flight_by_subscription[slow.pk] == 2
+            # Claimed ahead: twice its share; tried at once: its share.
+            assert deliverer.in_flight_by_subscription[slow.pk] == 4
+            wait_for(lambda: deliverer.sending_by_subscription[slow.pk] == 2, timeout=5)
             subscription_send_test(tenant_id="globex", subscription_id=fast.pk)
             started = time.monotonic()
 
@@ -70,7 +71,9 @@ def test_a_slow_subscriber_holds_at_most_its_share_of_the_delivery_threads(trans
 
             wait_for(fast_delivered, timeout=5)
             assert time.monotonic() - started < 1.5  # not behind the slow receiver's 2 s answers
-            assert deliverer.in_flight_by_subscription[slow.pk] <= 2
+            assert deliverer.in_flight_by_subscription[slow.pk] <= 4
+            assert deliverer.sending_by_subscription[slow.pk] <= 2
+            assert len(receiver.at("/slow")) <= 2  # the others wait for a thread of its share
         finally:
             deliverer.stop()
 
@@ -220,31 +223,34 @@ def test_a_stopping_loop_records_the_tries_that_come_back_in_time_and_gives_back
         subscription_send_test(tenant_id="acme", subscription_id=quick.pk)
         deliverer = Deliverer(concurrency=4, batch_size=4)
         assert deliverer.step() == 1
+        wait_for(lambda: deliverer.sending_by_subscription[quick.pk] == 1, timeout=5)  # out
         deliverer.stop(timeout=5.0)
         assert Notification.objects.get(subscription=quick).state == Notification.State.SUCCEEDED
 
-        # Claimed but queued behind busy threads: given back, due now, not leased.
-        release = threading.Event()
-        deliverer = Deliverer(concurrency=2, batch_size=2)
-        for _ in range(2):
-            deliverer.pool.submit(release.wait, 10)  # both threads busy
+        # Claimed ahead, waiting behind busy threads: given back, due now, not leased, never sent.
+        slow_out = [subscription_send_test(tenant_id="acme", subscription_id=slow.pk) for _ in range(2)]
+        deliverer = Deliverer(concurrency=2, batch_size=4)
+        assert deliverer.step() == 2
+        wait_for(lambda: deliverer.sending_by_subscription[slow.pk] == 2, timeout=5)  # both threads busy
         subscription_send_test(tenant_id="acme", subscription_id=quick.pk)
         subscription_send_test(tenant_id="acme", subscription_id=quick.pk)
-        try:
-            assert deliverer.step() == 2
-            deliverer.stop(timeout=5.0)
-        finally:
-            release.set()
-        assert deliverer.idle()
+        assert deliverer.step() == 2  # claimed ahead: 4 out for 2 threads
+        deliverer.stop(timeout=0.2)
         waiting = Notification.objects.filter(subscription=quick, state=Notification.State.PENDING)
         assert waiting.count() == 2
         assert all(n.locked_until is None and n.next_attempt_at <= utcnow() for n in waiting)
         Notification.objects.filter(subscription=quick).delete()
+        wait_for(lambda: len(receiver.at("/slow")) == 2, timeout=5)
+        for notification in slow_out:  # still out at the bound: left to their lease
+            notification.refresh_from_db()
+            assert notification.state == Notification.State.PENDING and notification.locked_until > utcnow()
+        Notification.objects.filter(subscription=slow).delete()
 
         # Still out at the bound (the receiver answers after 2 s): left to its lease.
         subscription_send_test(tenant_id="acme", subscription_id=slow.pk)
         deliverer = Deliverer(concurrency=4, batch_size=4)
         assert deliverer.step() == 1
+        wait_for(lambda: deliverer.sending_by_subscription[slow.pk] == 1, timeout=5)  # out
         began = time.monotonic()
         deliverer.stop(timeout=0.2)
         assert time.monotonic() - began < 1.5
