@@ -126,6 +126,11 @@ def _subject_error(subject: str) -> str | None:
     return None
 
 
+def valid_msg_id(msg_id: str) -> bool:
+    """Whether `msg_id` can go in a Nats-Msg-Id header: printable, no spaces, not empty."""
+    return bool(msg_id) and msg_id.isprintable() and " " not in msg_id
+
+
 # --- Transport ----------------------------------------------------------------------------
 
 
@@ -193,7 +198,7 @@ class JetStreamPublisher:
         """Block until the stream acks the message; the stream stores a msg_id once per
         duplicate window. Raises JetStreamError on timeout, no stream for the subject, or a
         refusal."""
-        if not msg_id or not msg_id.isprintable() or " " in msg_id:
+        if not valid_msg_id(msg_id):
             raise ValueError(f"invalid msg_id {msg_id!r}")
         return self._call(self._publish(subject, payload, msg_id))
 
@@ -203,7 +208,7 @@ class JetStreamPublisher:
         overlap. Each message gets its ack or its own JetStreamError; the whole batch fails
         (raises) only when the connection does."""
         for _, _, msg_id in messages:
-            if not msg_id or not msg_id.isprintable() or " " in msg_id:
+            if not valid_msg_id(msg_id):
                 raise ValueError(f"invalid msg_id {msg_id!r}")
         # The acks have their own timeout each: the batch's bound leaves them room to fail one by one.
         return self._call(self._publish_many(messages), timeout_s=2 * self._timeout_s) if messages else []

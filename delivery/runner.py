@@ -13,15 +13,18 @@ import uuid
 from collections import Counter, deque
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from datetime import timedelta
 
 from django.db import DatabaseError, close_old_connections, transaction
 
+from core.ids import utcnow
 from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
 from delivery.senders import send, send_nats_many
 from delivery.services import (
     ClaimedNotification,
     SendResult,
+    longest_try_ms,
     notifications_claim,
     notifications_record,
     notifications_release,
@@ -81,12 +84,14 @@ class Deliverer:
     def step(self) -> int:
         """Record what came back and claim what is due and fits, in one write transaction, then
         hand the claimed to the threads; returns how many notifications it moved (0: idle)."""
+        # Asked before the results are taken: a failing look (the database gone) loses none.
+        claim = self.may_claim() and notifications_due_exist()
         ready = self._take_ready()
         with self._lock:
             room = 2 * self.concurrency - self.in_flight + len(ready)  # the recorded make room
             busy = Counter(self.in_flight_by_subscription)
         busy.subtract(n.subscription_id for n, _ in ready)
-        limit = min(room, self.batch_size) if room > 0 and self.may_claim() and notifications_due_exist() else 0
+        limit = min(room, self.batch_size) if claim and room > 0 else 0
         claimed: list[ClaimedNotification] = []
         try:
             if ready or limit:
@@ -111,14 +116,36 @@ class Deliverer:
         return len(ready) + len(claimed)
 
     def _next_try(self) -> list[ClaimedNotification] | None:
-        """The first waiting try whose subscriptions have a thread to spare (lock held)."""
+        """The first waiting try whose subscriptions have a thread to spare (lock held). A try
+        that could no longer finish within its lease is dropped: another loop may claim it once
+        the lease ends, and two sends of it (the later one after the call's next event) are what
+        the lease is there to prevent; it is due again when its lease ends."""
+        latest_start = utcnow() + timedelta(milliseconds=longest_try_ms())
+        stale: list[int] = []
+        found: int | None = None
         for index, batch in enumerate(self._waiting):
-            if self.per_subscription is None or all(
+            if any(n.lease_until <= latest_start for n in batch):
+                stale.append(index)
+            elif self.per_subscription is None or all(
                 self.sending_by_subscription[sub] < self.per_subscription for sub in {n.subscription_id for n in batch}
             ):
-                del self._waiting[index]
-                return batch
-        return None
+                found = index
+                break
+        taken = None if found is None else self._waiting[found]
+        for index in sorted([*stale, *([] if found is None else [found])], reverse=True):
+            if index != found:
+                self._drop(self._waiting[index])
+            del self._waiting[index]
+        return taken
+
+    def _drop(self, batch: list[ClaimedNotification]) -> None:
+        """A claimed try left to its lease, untried (lock held)."""
+        logger.warning(
+            "%d delivery tries waited too long for a thread; they are tried again after their lease", len(batch)
+        )
+        self.in_flight -= len(batch)
+        self.in_flight_by_subscription.subtract(n.subscription_id for n in batch)
+        self.in_flight_by_subscription += Counter()  # drop the zeros
 
     def _work(self) -> None:
         """A delivery thread: the next try that may start, sent, its result left for the loop."""
@@ -138,15 +165,21 @@ class Deliverer:
                     self._trying -= 1
                     self.sending_by_subscription.subtract(subscriptions)
                     self.sending_by_subscription += Counter()  # drop the zeros
-                    if self._waiting:
-                        self._work_ready.notify()  # a try of these subscriptions may start now
+                    if self._waiting:  # a try of each of these subscriptions may start now
+                        self._work_ready.notify(len(subscriptions))
 
     def _try(self, batch: list[ClaimedNotification]) -> None:
-        if len(batch) == 1:
-            self.results.put((batch[0], send(batch[0])))
-        else:
-            for notification, result in zip(batch, send_nats_many(batch), strict=True):
-                self.results.put((notification, result))
+        """Send, and leave each result for the loop; never raises (a bug is a failed try, not a
+        lost one or a dead thread)."""
+        started = utcnow()
+        try:
+            results = [send(batch[0])] if len(batch) == 1 else send_nats_many(batch)
+        except Exception as exc:
+            logger.exception("trying %d deliveries failed", len(batch))
+            error = f"{type(exc).__name__}: {exc}"[:1000]
+            results = [SendResult(succeeded=False, started_at=started, error=error) for _ in batch]
+        for notification, result in zip(batch, results, strict=True):
+            self.results.put((notification, result))
         self._came_back.set()
 
     def wait(self, timeout: float) -> None:
@@ -199,9 +232,22 @@ class Deliverer:
     ) -> list[ClaimedNotification]:
         """Record `ready` and claim up to `limit` in one write transaction: every write a
         transaction, its turn and SQLite's lock, is paid once for both (a busy loop recorded and
-        claimed many times a second). Tried again after a transient failure (a deadlock another
-        cluster's transaction broke, a busy database): an unrecorded try would be sent again
-        only after its lease."""
+        claimed many times a second). Should the claim fail, the results are still recorded, on
+        their own, before the failure goes up: an unrecorded try would be sent again after its
+        lease."""
+        try:
+            return self._write_once(ready, limit=limit, busy=busy)
+        except Exception:
+            if not (ready and limit):
+                raise
+            self._write_once(ready, limit=0, busy=busy)
+            raise
+
+    def _write_once(
+        self, ready: list[tuple[ClaimedNotification, SendResult]], *, limit: int, busy: Counter[uuid.UUID]
+    ) -> list[ClaimedNotification]:
+        """`_write`'s transaction, tried again after a transient failure (a deadlock another
+        cluster's transaction broke, a busy database)."""
         for attempt in range(RECORD_TRIES):
             try:
                 with self.write_guard(), transaction.atomic():

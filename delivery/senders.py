@@ -152,7 +152,7 @@ def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendRes
     """Try NATS notifications together: published at once, each acknowledged (or failed) on
     its own; never raises. A batch is one hand-over to the publisher's loop instead of one per
     notification, which made a NATS try cost as much CPU as a webhook's POST."""
-    from delivery.nats import subject_for
+    from delivery.nats import subject_for, valid_msg_id
 
     started = utcnow()
     if not settings.NATS_URL:
@@ -160,13 +160,22 @@ def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendRes
     results: list[SendResult | None] = [None] * len(notifications)
     messages, sent = [], []
     for index, notification in enumerate(notifications):
-        template = notification.subscription.subject_template or settings.NATS_SUBJECT_TEMPLATE
+        # Each message made on its own: one that cannot be (a template, an envelope without an
+        # id) fails alone, never its batch.
         try:
-            subject = subject_for(template, notification.envelope)
-        except ValueError as exc:
+            template = notification.subscription.subject_template or settings.NATS_SUBJECT_TEMPLATE
+            msg_id = str(notification.envelope["id"])
+            if not valid_msg_id(msg_id):
+                raise ValueError(f"invalid event id {msg_id!r} for a Nats-Msg-Id")
+            message = (
+                subject_for(template, notification.envelope),
+                webhook_body(notification.envelope).encode(),
+                msg_id,
+            )
+        except Exception as exc:
             results[index] = _failed(started, exc)
             continue
-        messages.append((subject, webhook_body(notification.envelope).encode(), str(notification.envelope["id"])))
+        messages.append(message)
         sent.append(index)
     began = time.monotonic()
     try:

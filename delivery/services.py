@@ -32,13 +32,19 @@ logger = logging.getLogger("serviceagent.delivery")
 LEASE = timedelta(seconds=60)
 
 
+def longest_try_ms() -> int:
+    """The longest one try may take: a webhook's timeout, or a NATS batch's bound (twice the
+    publish timeout, delivery/nats.py)."""
+    return max(settings.WEBHOOK_TIMEOUT_MS, 2 * settings.NATS_PUBLISH_TIMEOUT_MS)
+
+
 def lease_length() -> timedelta:
     """How long a claim holds a notification: LEASE, or longer where the timeouts ask for it. A
-    loop claims ahead of its threads (delivery/runner.py), so a claimed try may wait for one
-    try of its subscription before it starts, then last its own timeout: the lease covers
-    both, with room, so that no other loop claims it meanwhile and sends it twice."""
-    longest_ms = max(settings.WEBHOOK_TIMEOUT_MS, 2 * settings.NATS_PUBLISH_TIMEOUT_MS)  # a batch: 2x
-    return max(LEASE, timedelta(milliseconds=3 * longest_ms))
+    loop claims ahead of its threads (delivery/runner.py), so a claimed try may wait for a try
+    of its subscription before it starts, then last its own: the lease covers that with room,
+    and a try that waited longer is not started (another loop may claim it once the lease
+    ends, and must not find it out twice)."""
+    return max(LEASE, timedelta(milliseconds=3 * longest_try_ms()))
 
 
 # The previous secret keeps signing this long after a rotation (receivers roll their config).
@@ -404,6 +410,7 @@ class ClaimedNotification:
     step: int
     manual: bool
     event_created_at: datetime
+    lease_until: datetime  # no other loop claims it before; a try must be over by then
 
     @property
     def subscription_id(self) -> uuid.UUID:
@@ -450,7 +457,8 @@ def notifications_claim(
                 break
         if not chosen:
             return []
-        rows = _leased(chosen, lease=now + lease_length())
+        lease_until = now + lease_length()
+        rows = _leased(chosen, lease=lease_until)
         subscriptions = {
             row.pk: row for row in rows_by_key(Subscription, keys=sorted({subscription_ids[row[1]] for row in rows}))
         }
@@ -464,6 +472,7 @@ def notifications_claim(
             step=step,
             manual=bool(manual),
             event_created_at=db_datetime(event_created_at),
+            lease_until=lease_until,
         )
         for pk, subscription_id, payload, attempts, step, manual, event_created_at in rows
     }

@@ -196,16 +196,23 @@ def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
     )
     claimed = notifications_claim(limit=6, now=now)
     assert len(claimed) == 6
+    # Every try of one subscription fails (its streak starts), every other one succeeds.
     failed_subscription = claimed[5].subscription_id
     Subscription.objects.filter(pk=failed_subscription).update(last_success_at=None)
     at = utcnow()
-    results = [(n, SendResult(succeeded=True, started_at=at, latency_ms=4, status_code=204)) for n in claimed[:5]]
-    results.append((claimed[5], SendResult(succeeded=False, started_at=at, status_code=500, error="HTTP 500")))
+    results = [
+        (n, SendResult(succeeded=False, started_at=at, status_code=500, error="HTTP 500"))
+        if n.subscription_id == failed_subscription
+        else (n, SendResult(succeeded=True, started_at=at, latency_ms=4, status_code=204))
+        for n in claimed
+    ]
+    succeeded = [n for n, r in results if r.succeeded]
+    assert succeeded, "the claim must hold tries of more than one subscription"
 
     notifications_record(results=results)
 
     rows = {n.pk: n for n in Notification.objects.filter(pk__in=[n.pk for n in claimed])}
-    for item in claimed[:5]:
+    for item in succeeded:
         row = rows[item.pk]
         assert (row.state, row.attempts, row.manual, row.locked_until, row.next_attempt_at, row.last_error) == (
             Notification.State.SUCCEEDED,
@@ -216,14 +223,17 @@ def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
             "",
         )
         assert row.delivered_at is not None and row.delivered_at >= at
-    failed = rows[claimed[5].pk]
-    assert (failed.state, failed.attempts, failed.step, failed.last_error) == (
-        Notification.State.FAILED,
-        1,
-        1,
-        "HTTP 500",
-    )
-    assert failed.next_attempt_at > at and failed.delivered_at is None
+    for item in claimed:
+        if item.subscription_id != failed_subscription:
+            continue
+        failed = rows[item.pk]
+        assert (failed.state, failed.attempts, failed.step, failed.last_error) == (
+            Notification.State.FAILED,
+            item.attempts + 1,
+            1,
+            "HTTP 500",
+        )
+        assert failed.next_attempt_at > at and failed.delivered_at is None
     logged = {
         (a.notification_id, a.n, a.trigger, a.status_code, a.latency_ms, a.error)
         for a in DeliveryAttempt.objects.filter(notification_id__in=rows)
@@ -233,11 +243,10 @@ def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
         for n, r in results
     }
     assert sum(1 for n, _ in results if n.manual) == 2
-    succeeded_subscriptions = {n.subscription_id for n, r in results if r.succeeded}
-    for subscription in Subscription.objects.filter(pk__in=succeeded_subscriptions):
+    for subscription in Subscription.objects.filter(pk__in={n.subscription_id for n in succeeded}):
         assert subscription.last_success_at is not None and subscription.failing_since is None
-    if failed_subscription not in succeeded_subscriptions:
-        assert Subscription.objects.get(pk=failed_subscription).failing_since is not None
+    failing = Subscription.objects.get(pk=failed_subscription)
+    assert failing.failing_since is not None and failing.last_success_at is None
 
 
 def test_the_lease_outlasts_a_wait_behind_one_try_and_a_try_of_its_own(db, mixed, settings):

@@ -122,9 +122,8 @@ def test_a_deliverer_told_not_to_claim_leaves_due_notifications_and_still_record
 
 def test_a_step_records_what_came_back_and_claims_the_next_in_one_write(transactional_db, world, monkeypatch):
     """One write transaction (one write turn) per step, whatever it does: the results that
-    came back recorded, the next due claimed in their place. A claim that fails rolls the
-    recording back with it, after the loop's tries: the try is sent again when its lease ends
-    (at least once, docs/events.md)."""
+    came back recorded, the next due claimed in their place. Should the claim fail, the results
+    are still recorded on their own before the failure goes up."""
     from contextlib import contextmanager
 
     writes = []
@@ -159,12 +158,82 @@ def test_a_step_records_what_came_back_and_claims_the_next_in_one_write(transact
             with pytest.raises(DatabaseError):
                 deliverer.step()
             monkeypatch.setattr(runner, "notifications_claim", real_claim)
-            assert len(writes) == 2 + runner.RECORD_TRIES
-            assert Notification.objects.get(pk=second.pk).state == Notification.State.PENDING  # rolled back
-            assert Notification.objects.get(pk=third.pk).locked_until is None  # not claimed either
-            assert deliverer.idle()  # the try is over all the same; its lease brings it back
+            assert len(writes) == 2 + runner.RECORD_TRIES + 1  # the tries, then the recording alone
+            assert Notification.objects.get(pk=second.pk).state == Notification.State.SUCCEEDED
+            assert Notification.objects.get(pk=third.pk).locked_until is None  # not claimed
+            assert deliverer.idle()
         finally:
             deliverer.stop()
+
+
+def test_a_failing_look_for_due_work_loses_no_result(transactional_db, world, monkeypatch):
+    """The database gone at the idle look: the results that came back stay to be recorded at
+    the next step, and the loop's counts stay true."""
+    with receiving() as receiver:
+        subscription = webhook(receiver.url("/ok"))
+        subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+        deliverer = Deliverer(concurrency=2, batch_size=2)
+        try:
+            assert deliverer.step() == 1
+            wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
+
+            def gone(**kwargs):
+                raise DatabaseError("the database is gone")
+
+            monkeypatch.setattr(runner, "notifications_due_exist", gone)
+            with pytest.raises(DatabaseError):
+                deliverer.step()
+            assert deliverer.results.qsize() == 1 and deliverer.in_flight == 1
+            monkeypatch.undo()
+            assert deliverer.step() == 1 and deliverer.idle()
+        finally:
+            deliverer.stop()
+    assert Notification.objects.get(subscription=subscription).state == Notification.State.SUCCEEDED
+
+
+def test_a_try_that_raises_is_a_failed_try_and_its_thread_goes_on(transactional_db, world, monkeypatch):
+    with receiving() as receiver:
+        subscription = webhook(receiver.url("/ok"))
+        first = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+        deliverer = Deliverer(concurrency=1, batch_size=1)
+        try:
+
+            def broken(notification):
+                raise RuntimeError("a bug in the sender")
+
+            monkeypatch.setattr(runner, "send", broken)
+            assert deliverer.step() == 1
+            wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
+            monkeypatch.undo()
+            second = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+            assert deliverer.step() == 2  # the failure recorded, the next claimed: the same thread sends it
+            wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
+            deliverer.record_ready()
+        finally:
+            deliverer.stop()
+    failed = Notification.objects.get(pk=first.pk)
+    assert (failed.state, failed.last_error) == (Notification.State.FAILED, "RuntimeError: a bug in the sender")
+    assert Notification.objects.get(pk=second.pk).state == Notification.State.SUCCEEDED
+    assert len(deliverer._threads) == 1
+
+
+def test_a_claimed_try_that_could_not_end_within_its_lease_is_not_started(transactional_db, world, monkeypatch):
+    """Claimed ahead, a try waits for a thread; one that could no longer end before its lease
+    does is left to the lease (another loop may claim it then, and must not find it out
+    twice), untried."""
+    with receiving() as receiver:
+        subscription = webhook(receiver.url("/ok"))
+        waiting = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+        monkeypatch.setattr(runner, "longest_try_ms", lambda: 3_600_000)  # longer than any lease
+        deliverer = Deliverer(concurrency=1, batch_size=1)
+        try:
+            assert deliverer.step() == 1
+            wait_for(deliverer.idle, timeout=5)
+        finally:
+            deliverer.stop()
+        assert receiver.at("/ok") == []
+    left = Notification.objects.get(pk=waiting.pk)
+    assert left.state == Notification.State.PENDING and left.locked_until > utcnow()
 
 
 def test_only_the_events_home_delivers_while_its_attempts_are_in_flight(transactional_db):

@@ -451,7 +451,7 @@ def own_publisher(monkeypatch):
 
 @pytest.mark.nats
 def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
-    transactional_db, world, settings, stream, own_publisher
+    transactional_db, world, settings, stream, own_publisher, monkeypatch
 ):
     """A claim's NATS notifications go out as one batch: each is stored once with its event's
     id as Nats-Msg-Id and its envelope as payload, each recorded with its own try's result."""
@@ -480,6 +480,12 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     Subscription.objects.filter(pk=stray.pk).update(subject_template="elsewhere.{tenantId}.{type}")
     for n in range(16):
         subscription_send_test(tenant_id="acme", subscription_id=(stray if n % 4 == 0 else subscription).pk)
+    publisher = nats_publisher()
+    batches = []
+    publish_many = publisher.publish_many
+    monkeypatch.setattr(
+        publisher, "publish_many", lambda messages: batches.append(len(messages)) or publish_many(messages)
+    )
     deliverer = Deliverer(concurrency=32, batch_size=32, per_subscription=16)
     try:
         deliverer.step()  # one claim, one batch of both subscriptions' tries
@@ -487,6 +493,7 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
         deliverer.record_ready()
     finally:
         deliverer.stop(timeout=5)
+    assert batches == [16]  # one publish batch for the claim's 16 NATS tries
 
     strays = list(Notification.objects.filter(subscription=stray))
     assert len(strays) == 4
