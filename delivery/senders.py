@@ -139,7 +139,11 @@ def nats_publisher():
             publisher = JetStreamPublisher(
                 url=settings.NATS_URL, stream=settings.NATS_STREAM, timeout_s=settings.NATS_PUBLISH_TIMEOUT_MS / 1000
             )
-            publisher.ensure_stream()
+            try:
+                publisher.ensure_stream()
+            except BaseException:
+                publisher.close()  # its loop thread and its reconnecting connection too
+                raise
             _publisher = publisher
         return _publisher
 

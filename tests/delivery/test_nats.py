@@ -550,3 +550,19 @@ def test_without_nats_url_each_nats_try_of_a_batch_fails_on_its_own_and_is_recor
     assert [(n.state, n.attempts, n.last_error) for n in tried] == [
         (Notification.State.FAILED, 1, "NATS_URL is not set")
     ] * 3
+
+
+def test_a_publisher_whose_stream_cannot_be_ensured_is_closed_not_left_behind(settings, own_publisher):
+    """NATS down at the first delivery: the try fails, and the publisher made for it goes with
+    its loop thread and its reconnecting connection (each later try makes a new one)."""
+    from delivery import senders
+
+    settings.NATS_URL, settings.NATS_PUBLISH_TIMEOUT_MS = f"nats://127.0.0.1:{free_port()}", 300
+    before = {t for t in threading.enumerate() if t.name == "nats-publisher"}
+    for _ in range(2):
+        with pytest.raises(JetStreamError, match="no answer"):
+            senders.nats_publisher()
+    assert senders._publisher is None
+    wait_for(
+        lambda: {t for t in threading.enumerate() if t.name == "nats-publisher" and t.is_alive()} <= before, timeout=5
+    )
