@@ -501,9 +501,9 @@ def _leased(keys: list[Any], *, lease: datetime) -> list[tuple[Any, ...]]:
 
 def _due_rows(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> list[tuple[Any, Any]]:
     """(notification_id, subscription_id), as the database gives them (core.db.db_uuid makes
-    UUIDs of them), of due notifications of enabled subscriptions (not of `excluded`) that head their (subscription, call) queue, due first, at most `limit`;
-    locked for the caller's transaction, skipping rows another holds (PostgreSQL). The same
-    rows as the ORM's
+    UUIDs of them), of due notifications of enabled subscriptions (not of `excluded`) that
+    head their (subscription, call) queue, due first, at most `limit`; locked for the caller's
+    transaction, skipping rows another holds (PostgreSQL). The same rows as the ORM's
 
         Notification.objects.filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now),
             next_attempt_at__lte=now, subscription__enabled=True)
