@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
-from core.db import db_datetime, db_uuid, insert_many, rows_by_key, sql_execute_many, sql_query
+from core.db import db_datetime, db_uuid, insert_many, rows_by_key, sql_execute_many, sql_query, sql_update_returning
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -448,7 +448,9 @@ def notifications_claim(
         chosen: list[Any] = []
         taken: dict[uuid.UUID, int] = {}
         for pk, raw_sub in due:
-            sub = subscription_ids.get(raw_sub) or subscription_ids.setdefault(raw_sub, db_uuid(raw_sub))
+            if raw_sub not in subscription_ids:
+                subscription_ids[raw_sub] = db_uuid(raw_sub)
+            sub = subscription_ids[raw_sub]
             if per_subscription is not None and in_flight.get(sub, 0) + taken.get(sub, 0) >= per_subscription:
                 continue
             taken[sub] = taken.get(sub, 0) + 1
@@ -484,19 +486,16 @@ def _leased(keys: list[Any], *, lease: datetime) -> list[tuple[Any, ...]]:
     """Lease `keys` until `lease`, with the next try at its end: a claimed notification leaves
     the due range of the index, so the next claims do not walk over the tries in flight (if
     this one never comes back, it is due again when its lease ends). Returns what a try and its
-    recording read of each (delivery/senders.py, notifications_record): one statement, written
-    once per process (core.db.sql_query), with RETURNING where the database has it."""
-    marks = ", ".join(["%s"] * len(keys))
-    update = (
-        f"UPDATE {{n}} SET {{n.locked_until}} = %s, {{n.next_attempt_at}} = %s WHERE {{n.notification_id}} IN ({marks})"
+    recording read of each (delivery/senders.py, notifications_record), in one statement where
+    the database can (core.db.sql_update_returning)."""
+    return sql_update_returning(
+        Notification,
+        assign="{t.locked_until} = %s, {t.next_attempt_at} = %s",
+        params=[lease, lease],
+        keys=keys,
+        returning="{t.notification_id}, {t.subscription}, {t.envelope}, {t.attempts}, {t.step}, {t.manual}, "
+        "{t.event_created_at}",
     )
-    columns = (
-        "{n.notification_id}, {n.subscription}, {n.envelope}, {n.attempts}, {n.step}, {n.manual}, {n.event_created_at}"
-    )
-    if connection.features.can_return_columns_from_insert:  # UPDATE ... RETURNING too (SQLite 3.35+)
-        return sql_query(f"{update} RETURNING {columns}", [lease, lease, *keys], n=Notification)
-    sql_query(update, [lease, lease, *keys], n=Notification)
-    return sql_query(f"SELECT {columns} FROM {{n}} WHERE {{n.notification_id}} IN ({marks})", keys, n=Notification)
 
 
 def _due_rows(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> list[tuple[Any, Any]]:

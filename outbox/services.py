@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from core.db import PreparedInsert, insert_prepare, sql_query, update_many
+from core.db import PreparedInsert, insert_prepare, sql_query, sql_update_returning, update_many
 from core.ids import epoch_ms, new_id
 from outbox.models import OutboxEvent, OutboxFeedCounter
 
@@ -99,17 +99,13 @@ def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
     # Locks the rows first: whoever numbers them after us sees feed_seq set and skips them.
     # Statements written once per process (core.db.sql_query), not compiled for every batch:
     # the dispatcher runs this inside the write transaction the starts of due calls wait for.
-    keys = ", ".join(["%s"] * len(ids))
-    update = f"UPDATE {{o}} SET {{o.published_at}} = %s, {{o.locked_until}} = NULL WHERE {{o.id}} IN ({keys})"
-    if connection.features.can_return_columns_from_insert:  # UPDATE ... RETURNING too (SQLite 3.35+)
-        marked = sql_query(update + " RETURNING {o.id}, {o.tenant_id}, {o.feed_seq}", [at, *ids], o=OutboxEvent)
-    else:
-        sql_query(update, [at, *ids], o=OutboxEvent)
-        marked = sql_query(
-            f"SELECT {{o.id}}, {{o.tenant_id}}, {{o.feed_seq}} FROM {{o}} WHERE {{o.id}} IN ({keys})",
-            ids,
-            o=OutboxEvent,
-        )
+    marked = sql_update_returning(
+        OutboxEvent,
+        assign="{t.published_at} = %s, {t.locked_until} = NULL",
+        params=[at],
+        keys=ids,
+        returning="{t.id}, {t.tenant_id}, {t.feed_seq}",
+    )
     unnumbered = sorted((pk, tenant_id) for pk, tenant_id, feed_seq in marked if feed_seq is None)
     if not unnumbered:
         return len(marked)
