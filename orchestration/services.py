@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from core.db import PreparedInsert, insert_prepare, insert_rows_prepare, rows_by_key, update_many
+from core.db import PreparedInsert, group_commit, insert_prepare, insert_rows_prepare, rows_by_key, update_many
 from core.errors import Conflict, NotFound
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
@@ -139,8 +139,8 @@ def service_call_submit(
         occurrence=occurrence,
     )
     try:
-        with transaction.atomic():
-            call = _insert_call(new)
+        # Concurrent submissions of this process share one transaction (docs/architecture.md).
+        call = group_commit(lambda: _insert_call(new))
     except IntegrityError:
         if occurrence is not None:
             # Another cluster made this occurrence first (service_calls_schedule_occurrence).
