@@ -15,10 +15,27 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.db.models import AutoField, Field, Model
+from django.db.models import (
+    AutoField,
+    BigIntegerField,
+    BooleanField,
+    CharField,
+    DateTimeField,
+    Field,
+    ForeignKey,
+    IntegerField,
+    Model,
+    PositiveIntegerField,
+    PositiveSmallIntegerField,
+    SmallIntegerField,
+    TextField,
+    UUIDField,
+)
 from django.db.models.fields import AutoFieldMixin
 
 
@@ -357,7 +374,7 @@ def update_many(
     )
 
     def prepared(fields: Sequence[Field], values: Sequence[Any]) -> list[Any]:
-        return [f.get_db_prep_save(v, conn) for f, v in zip(fields, values, strict=True)]
+        return [saver(f, conn)(v, conn) for f, v in zip(fields, values, strict=True)]
 
     constant_values = prepared(constant_fields, list(constants.values()))
     extra_values = prepared(extra_fields, list(extra.values()))
@@ -372,6 +389,108 @@ def update_many(
     with conn.cursor() as cursor:
         cursor.executemany(sql, params)
         return cursor.rowcount
+
+
+# --- Values prepared for the database -------------------------------------------------------
+
+# A field's value made ready for the database as `field.get_db_prep_save(value, conn)` makes it,
+# cheaper for the values the hot paths write (str, int, bool, an aware datetime, a UUID), by
+# field and vendor: the ORM's chain (get_db_prep_save, get_db_prep_value, get_prep_value,
+# to_python, each looking up the connection's features and operations) cost more than the
+# INSERT of a submission's rows. Any other value, or any other kind of field, takes the
+# field's own method.
+Saver = Callable[[Any, Any], Any]
+_SAVERS: dict[tuple[int, str], Saver] = {}  # by id(field): a field lives as long as its model
+_INTEGER_FIELDS = (
+    IntegerField,
+    BigIntegerField,
+    SmallIntegerField,
+    PositiveIntegerField,
+    PositiveSmallIntegerField,
+)
+
+
+def saver(field: Field, conn: Any) -> Saver:
+    """`(value, conn) -> database value` for `field` on `conn`'s database: `field.get_db_prep_save`."""
+    key = (id(field), conn.vendor)
+    found = _SAVERS.get(key)
+    if found is None:
+        found = _SAVERS.setdefault(key, _make_saver(field, conn))
+    return found
+
+
+def _make_saver(field: Field, conn: Any) -> Saver:
+    slow = field.get_db_prep_save
+    kind = type(field)
+    if kind is ForeignKey:
+        target = saver(field.target_field, conn)
+        return lambda value, conn: (
+            target(value, conn) if isinstance(value, (str, uuid.UUID)) and value != "" else slow(value, conn)
+        )
+    if kind in (CharField, TextField):
+        # to_python: a str (a TextChoices member too) is kept as it is.
+        return lambda value, conn: value if value is None or isinstance(value, str) else slow(value, conn)
+    if kind in _INTEGER_FIELDS:
+        internal = field.get_internal_type()
+        # The vendor's adaptation (PostgreSQL's sized integer types) of an int kept as it is.
+        return lambda value, conn: (
+            conn.ops.adapt_integerfield_value(value, internal)
+            if value is None or type(value) is int
+            else slow(value, conn)
+        )
+    if kind is BooleanField:
+        return lambda value, conn: value if value is None or type(value) is bool else slow(value, conn)
+    if kind is UUIDField:
+        if conn.features.has_native_uuid_field:
+            return lambda value, conn: value if value is None or type(value) is uuid.UUID else slow(value, conn)
+        return lambda value, conn: (
+            value.hex if type(value) is uuid.UUID else None if value is None else slow(value, conn)
+        )
+    if kind is DateTimeField:
+        # An aware datetime needs no warning nor conversion first: the vendor's adaptation only.
+        return lambda value, conn: (
+            conn.ops.adapt_datetimefield_value(value)
+            if type(value) is datetime and value.tzinfo is not None
+            else None
+            if value is None
+            else slow(value, conn)
+        )
+    return slow
+
+
+def _getter(field: Field) -> Callable[[Model], Any] | None:
+    """The value an INSERT of a new instance writes (`field.pre_save(obj, add=True)`), read as the
+    attribute where pre_save does nothing else; None where it does (auto_now, ...)."""
+    kind = type(field)
+    if kind is DateTimeField and (field.auto_now or field.auto_now_add):
+        return None
+    if type(field).pre_save is not Field.pre_save and kind is not DateTimeField:
+        return None
+    return attrgetter(field.attname)
+
+
+# How an INSERT of a model's new instances reads and prepares each field's value, by model
+# and vendor (the fields of `_plan`: every concrete one but the auto-increment key).
+_VALUE_PLANS: dict[tuple[type[Model], str], list[tuple[Saver, Callable[[Model], Any]]]] = {}
+
+
+def _instance_values(objs: Sequence[Model], fields: Sequence[Field], conn: Any) -> list[Any]:
+    """The values an INSERT of `objs` writes into `fields` (`_plan`'s), as the ORM prepares them."""
+    key = (type(objs[0]), conn.vendor)
+    plan = _VALUE_PLANS.get(key)
+    if plan is None:
+        plan = []
+        for model_field in fields:
+            getter = _getter(model_field)
+            if getter is None:
+                getter = partial(_pre_save_new, model_field)
+            plan.append((saver(model_field, conn), getter))
+        plan = _VALUE_PLANS.setdefault(key, plan)
+    return [save(get(obj), conn) for obj in objs for save, get in plan]
+
+
+def _pre_save_new(model_field: Field, obj: Model) -> Any:
+    return model_field.pre_save(obj, True)
 
 
 # INSERT statements by model, row count, columns and database vendor: (sql, fields), or None
@@ -429,7 +548,7 @@ def insert_prepare(objs: Sequence[Model], *, returning_pk: bool = False) -> Prep
     if plan is None:
         return PreparedInsert(sql=None, params=[], objs=objs)
     sql, fields = plan
-    params = [field.get_db_prep_save(field.pre_save(obj, True), conn) for obj in objs for field in fields]
+    params = _instance_values(objs, fields, conn)
     return PreparedInsert(sql=sql, params=params, objs=objs, returning_pk=returning_pk)
 
 
@@ -449,9 +568,7 @@ def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequ
         with _STATEMENTS_LOCK:
             _INSERTS[key] = plan
     sql, model_fields = plan
-    params = [
-        field.get_db_prep_save(value, conn) for row in rows for field, value in zip(model_fields, row, strict=True)
-    ]
+    params = [saver(field, conn)(value, conn) for row in rows for field, value in zip(model_fields, row, strict=True)]
     return PreparedInsert(sql=sql, params=params)
 
 
@@ -484,7 +601,7 @@ def _insert_new(objs: Sequence[Model]) -> set[Any]:
         # The keys were new: those that exist now are the rows this insert made.
         return set(model._base_manager.filter(pk__in=[obj.pk for obj in objs]).values_list("pk", flat=True))
     sql, fields = plan
-    params = [field.get_db_prep_save(field.pre_save(obj, True), conn) for obj in objs for field in fields]
+    params = _instance_values(objs, fields, conn)
     with conn.cursor() as cursor:
         cursor.execute(f"{sql} ON CONFLICT DO NOTHING RETURNING {conn.ops.quote_name(meta.pk.column)}", params)
         inserted = {meta.pk.to_python(row[0]) for row in cursor.fetchall()}
@@ -575,7 +692,7 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
         key = (field.attname, id(raw))
         hit = prepared.get(key)
         if hit is None or hit[0] is not raw:
-            hit = prepared[key] = (raw, field.get_db_prep_save(raw, conn))
+            hit = prepared[key] = (raw, saver(field, conn)(raw, conn))
         return hit[1]
 
     params = [[value(field, row) for field in fields] for row in rows]

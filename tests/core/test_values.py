@@ -1,0 +1,81 @@
+"""The wire format of times (core.ids.iso_ms), and values prepared for the database the way the
+ORM prepares them (core.db.saver, the hot paths' INSERTs and UPDATEs)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from core.db import saver
+from core.ids import iso_ms
+from delivery.models import Notification
+from orchestration.models import ServiceCall, ServiceCallTag
+from outbox.models import OutboxEvent
+from tenants.models import ApiKey
+
+
+@pytest.mark.parametrize(
+    ("value", "wire"),
+    [
+        (datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC), "2026-01-02T03:04:05.000Z"),
+        (datetime(2026, 1, 2, 3, 4, 5, 999_999, tzinfo=UTC), "2026-01-02T03:04:05.999Z"),
+        (
+            datetime(2026, 1, 2, 3, 4, 5, 1_500, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+            "2026-01-01T21:34:05.001Z",
+        ),
+        (datetime(1, 1, 1, tzinfo=UTC), "0001-01-01T00:00:00.000Z"),
+        (None, None),
+    ],
+)
+def test_times_go_out_in_utc_with_milliseconds_and_z(value, wire):
+    assert iso_ms(value) == wire
+
+
+class _Lazy(str):
+    """A str subclass, as a TextChoices member is."""
+
+
+VALUES = [
+    None,
+    "",
+    "text",
+    _Lazy("sub"),
+    ServiceCall.Status.SCHEDULED,
+    0,
+    7,
+    True,
+    False,
+    1.5,
+    uuid.UUID("01890a5d-ac96-774b-bcce-b302099a8057"),
+    "01890a5d-ac96-774b-bcce-b302099a8057",
+    datetime(2026, 1, 2, 3, 4, 5, 6_000, tzinfo=UTC),
+    datetime(2026, 1, 2, 3, 4, 5, 6_000, tzinfo=timezone(timedelta(hours=-3))),
+    {"a": [1, 2]},
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.also_postgres
+@pytest.mark.parametrize("model", [ServiceCall, ServiceCallTag, OutboxEvent, Notification, ApiKey])
+def test_every_field_prepares_every_value_as_the_orm_does(model):
+    conn = connections[DEFAULT_DB_ALIAS]
+    for field in model._meta.concrete_fields:
+        prepare = saver(field, conn)
+        for value in VALUES:
+            try:
+                expected = field.get_db_prep_save(value, conn)
+            except (TypeError, ValueError, AttributeError, LookupError, ValidationError) as exc:
+                with pytest.raises(type(exc)):
+                    prepare(value, conn)
+                continue
+            got = prepare(value, conn)
+            assert _comparable(got) == _comparable(expected), (field, value)
+
+
+def _comparable(value):
+    # psycopg's Jsonb wrapper (a JSON value on PostgreSQL) does not compare by what it holds.
+    return type(value), getattr(value, "obj", value)
