@@ -9,8 +9,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import F, IntegerChoices
+from django.utils.translation import gettext_lazy
 
-from core.db import saver
+from core.db import insert_prepare, saver
 from core.ids import iso_ms
 from delivery.models import Notification
 from orchestration.models import ServiceCall, ServiceCallTag
@@ -35,15 +37,23 @@ def test_times_go_out_in_utc_with_milliseconds_and_z(value, wire):
     assert iso_ms(value) == wire
 
 
-class _Lazy(str):
+class _Sub(str):
     """A str subclass, as a TextChoices member is."""
+
+
+class _Level(IntegerChoices):
+    LOW = 1
 
 
 VALUES = [
     None,
     "",
     "text",
-    _Lazy("sub"),
+    _Sub("sub"),
+    gettext_lazy("lazy"),
+    _Level.LOW,
+    F("name"),
+    datetime(2026, 1, 2, 3, 4, 5),  # naive: the ORM warns and makes it aware
     ServiceCall.Status.SCHEDULED,
     0,
     7,
@@ -58,6 +68,7 @@ VALUES = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:DateTimeField .* received a naive datetime")
 @pytest.mark.django_db
 @pytest.mark.also_postgres
 @pytest.mark.parametrize("model", [ServiceCall, ServiceCallTag, OutboxEvent, Notification, ApiKey])
@@ -79,3 +90,16 @@ def test_every_field_prepares_every_value_as_the_orm_does(model):
 def _comparable(value):
     # psycopg's Jsonb wrapper (a JSON value on PostgreSQL) does not compare by what it holds.
     return type(value), getattr(value, "obj", value)
+
+
+@pytest.mark.django_db
+@pytest.mark.also_postgres
+def test_an_insert_sets_what_pre_save_sets_auto_now_add_included():
+    from tests.support.factories import make_tenant
+
+    make_tenant("acme")
+    key = ApiKey(tenant_id="acme", label="l", prefix="p", key_hash="h" * 64)
+    assert key.created_at is None
+    insert_prepare([key]).run()
+    assert key.created_at is not None  # auto_now_add: pre_save set it, as save() would
+    assert ApiKey.objects.get(key_hash="h" * 64).created_at == key.created_at
