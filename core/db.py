@@ -183,7 +183,8 @@ class _GroupCommit:
             committed = []
             try:
                 with transaction.atomic():
-                    # First of the hooks: a later one that raises does not undo the commit.
+                    # First of the hooks: a later one that raises does not undo the commit (the
+                    # hooks after that one are not run, as in any transaction of Django's).
                     transaction.on_commit(partial(committed.append, True))
                     for index, write in enumerate(pending):
                         stage = index

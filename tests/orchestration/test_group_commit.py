@@ -48,7 +48,8 @@ def _queued(count: int, timeout: float = 10.0) -> None:
 
 def _concurrently(monkeypatch, calls: list[Callable[[], Any]]) -> list[Any]:
     """Each call in its own thread. The first one's write holds its transaction open until the
-    others have all queued their writes behind it: they then share the transactions after it."""
+    others have all queued their writes behind it, in the calls' order: they then share the
+    transactions after it."""
     results: list[Any] = [None] * len(calls)
     entered, release = threading.Event(), threading.Event()
     threads: list[threading.Thread] = []
@@ -77,9 +78,9 @@ def _concurrently(monkeypatch, calls: list[Callable[[], Any]]) -> list[Any]:
     threads.extend(threading.Thread(target=call, args=(i,)) for i in range(len(calls)))
     threads[0].start()
     assert entered.wait(10)
-    for thread in threads[1:]:
+    for queued, thread in enumerate(threads[1:], start=1):
         thread.start()
-    _queued(len(calls) - 1)
+        _queued(queued)  # one after the other: the queue's order is the calls' order
     release.set()
     for thread in threads:
         thread.join(20)
