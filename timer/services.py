@@ -5,9 +5,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
+from functools import cache
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models import Field
 
+from core.db import saver
 from core.ids import utcnow
 from timer.models import TimerSchedule
 
@@ -40,11 +43,18 @@ def timer_register(*, tenant_id: str, service_call_id: uuid.UUID, due_at: dateti
 
 
 def _db_uuid(value: uuid.UUID) -> object:
-    return TimerSchedule._meta.get_field("service_call").target_field.get_db_prep_value(value, connection)
+    conn = connections[DEFAULT_DB_ALIAS]
+    return saver(_field("service_call").target_field, conn)(value, conn)
 
 
 def _db_datetime(value: datetime) -> object:
-    return TimerSchedule._meta.get_field("due_at").get_db_prep_value(value, connection)
+    conn = connections[DEFAULT_DB_ALIAS]
+    return saver(_field("due_at"), conn)(value, conn)
+
+
+@cache
+def _field(name: str) -> Field:
+    return TimerSchedule._meta.get_field(name)
 
 
 def timers_mark_reached(*, ids: Sequence[int]) -> int:
