@@ -440,17 +440,16 @@ def update_many(
         + " AND ".join(f"{quote(f.column)} = %s" for f in [*where_model_fields, *extra_fields])
     )
 
-    def prepared(fields: Sequence[Field], values: Sequence[Any]) -> list[Any]:
-        return [saver(f, conn)(v, conn) for f, v in zip(fields, values, strict=True)]
+    def prepared(savers: Sequence[Saver], values: Sequence[Any]) -> list[Any]:
+        return [save(v, conn) for save, v in zip(savers, values, strict=True)]
 
-    constant_values = prepared(constant_fields, list(constants.values()))
-    extra_values = prepared(extra_fields, list(extra.values()))
+    constant_values = prepared([saver(f, conn) for f in constant_fields], list(constants.values()))
+    extra_values = prepared([saver(f, conn) for f in extra_fields], list(extra.values()))
+    set_savers = [saver(f, conn) for f in set_model_fields]
+    where_savers = [saver(f, conn) for f in where_model_fields]
     split = len(set_fields)
     params = [
-        prepared(set_model_fields, row[:split])
-        + constant_values
-        + prepared(where_model_fields, row[split:])
-        + extra_values
+        prepared(set_savers, row[:split]) + constant_values + prepared(where_savers, row[split:]) + extra_values
         for row in rows
     ]
     with conn.cursor() as cursor:
@@ -635,7 +634,8 @@ def insert_rows_prepare(model: type[Model], *, fields: Sequence[str], rows: Sequ
         with _STATEMENTS_LOCK:
             _INSERTS[key] = plan
     sql, model_fields = plan
-    params = [saver(field, conn)(value, conn) for row in rows for field, value in zip(model_fields, row, strict=True)]
+    savers = [saver(field, conn) for field in model_fields]
+    params = [save(value, conn) for row in rows for save, value in zip(savers, row, strict=True)]
     return PreparedInsert(sql=sql, params=params)
 
 
