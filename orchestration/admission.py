@@ -49,6 +49,11 @@ LIMITED_CACHE_SECONDS = 1.0
 # Queues of one tenant read per decision: its hosts with limits, the tenant's own, and a few
 # left from hosts whose limits were removed while their calls waited.
 MAX_QUEUES = 64
+# How long a due call that no start has decided yet (another start is deciding it now, or it
+# waits for a worker with room) holds back the newer calls of its queue: longer than any start
+# takes, so due order holds across processes and clusters; short enough that a call whose
+# start keeps failing does not stop its tenant's queue (docs/flow-control.md, "Due order").
+UNDECIDED_SECONDS = 5.0
 
 
 # --- Which tenants have limits: a per-process cache ---------------------------------------------
@@ -197,6 +202,26 @@ def _oldest_held(tenant_id: str, queue: str, *, limit: int, exclude: Sequence[uu
     return list(rows.order_by("due_at", "service_call_id").values_list("due_at", "service_call_id")[:limit])
 
 
+def _undecided(tenant_id: str, *, now: datetime, exclude: Sequence[uuid.UUID]) -> list[tuple]:
+    """(due_at, service_call_id, target_host) of the tenant's due calls that are neither held nor
+    started, outside this start, due within UNDECIDED_SECONDS, oldest first: calls another
+    start is deciding at this moment (its transaction waits for, or skipped, this tenant's
+    row), or that wait for a worker with room. An index probe of service_calls_startable_tenant
+    that finds nothing, but while starts race."""
+    rows = ServiceCall.objects.filter(
+        tenant_id=tenant_id,
+        status=ServiceCall.Status.SCHEDULED,
+        held_since__isnull=True,
+        due_at__gt=now - timedelta(seconds=UNDECIDED_SECONDS),
+        due_at__lte=now,
+    )
+    if exclude:
+        rows = rows.exclude(service_call_id__in=list(exclude))
+    return list(
+        rows.order_by("due_at", "service_call_id").values_list("due_at", "service_call_id", "target_host")[:MAX_QUEUES]
+    )
+
+
 def _running_counts(tenant_ids: Sequence[str]) -> dict[str, dict[str | None, int]]:
     """Running calls per tenant and target host (service_calls_tenant_status)."""
     counts: dict[str, dict[str | None, int]] = defaultdict(dict)
@@ -298,6 +323,10 @@ def _decide(
         oldest = _oldest_held(control.tenant_id, queue, limit=1, exclude=exclude)
         if oldest:
             waiting.append(Waiting(queue=queue, due_at=oldest[0][0], order=str(oldest[0][1])))
+    # An older due call that another start has not decided yet goes first too: it waits like
+    # a held one, though nobody has marked it held (yet).
+    for due_at, pk, host in _undecided(control.tenant_id, now=now, exclude=exclude):
+        waiting.append(Waiting(queue=queue_of(host, limits), due_at=due_at, order=str(pk)))
     plan = plan_admission(
         candidates, limits=limits, tenant=tenant_gauge, hosts=host_gauges, waiting=waiting, now=now.timestamp()
     )

@@ -125,6 +125,13 @@ class ServiceCall(models.Model):
                 condition=Q(status="Scheduled", held_since__isnull=True),
                 name="service_calls_startable_due",
             ),
+            # A tenant's calls that are due and that no start has decided yet (flow control's
+            # due order across processes, orchestration.admission._undecided).
+            models.Index(
+                fields=["tenant", "due_at", "service_call_id"],
+                condition=Q(status="Scheduled", held_since__isnull=True),
+                name="service_calls_startable_tenant",
+            ),
             # Flow control's held calls (orchestration.admission): the tenants that have any,
             # each tenant's queues, and the oldest calls of a queue, each an index probe.
             models.Index(
