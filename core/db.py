@@ -535,18 +535,24 @@ def _getter(field: Field) -> Callable[[Model], Any] | None:
     return attrgetter(field.attname)
 
 
-# How an INSERT of a model's new instances reads and prepares each field's value, by model
-# and vendor (the fields of `_plan`: every concrete one but the auto-increment key).
+def _insert_fields(model: type[Model]) -> list[Field]:
+    """The fields an INSERT of new instances writes: every concrete one but the generated ones
+    and the auto-increment key."""
+    return [f for f in model._meta.concrete_fields if not f.generated and not isinstance(f, AutoField)]
+
+
+# How an INSERT of a model's new instances reads and prepares each field's value (those of
+# `_insert_fields`, in its order), by model and vendor.
 _VALUE_PLANS: dict[tuple[type[Model], str], list[tuple[Saver, Callable[[Model], Any]]]] = {}
 
 
-def _instance_values(objs: Sequence[Model], fields: Sequence[Field], conn: Any) -> list[Any]:
-    """The values an INSERT of `objs` writes into `fields` (`_plan`'s), as the ORM prepares them."""
+def _instance_values(objs: Sequence[Model], conn: Any) -> list[Any]:
+    """The values an INSERT of `objs` writes into `_insert_fields`, as the ORM prepares them."""
     key = (type(objs[0]), conn.vendor)
     plan = _VALUE_PLANS.get(key)
     if plan is None:
         plan = []
-        for model_field in fields:
+        for model_field in _insert_fields(type(objs[0])):
             getter = _getter(model_field)
             if getter is None:
                 getter = partial(_pre_save_new, model_field)
@@ -613,8 +619,8 @@ def insert_prepare(objs: Sequence[Model], *, returning_pk: bool = False) -> Prep
     plan = _plan(conn, type(objs[0]), len(objs), returning_pk)
     if plan is None:
         return PreparedInsert(sql=None, params=[], objs=objs)
-    sql, fields = plan
-    params = _instance_values(objs, fields, conn)
+    sql, _ = plan
+    params = _instance_values(objs, conn)
     return PreparedInsert(sql=sql, params=params, objs=objs, returning_pk=returning_pk)
 
 
@@ -667,8 +673,8 @@ def _insert_new(objs: Sequence[Model]) -> set[Any]:
         model._base_manager.bulk_create(objs, ignore_conflicts=True)
         # The keys were new: those that exist now are the rows this insert made.
         return set(model._base_manager.filter(pk__in=[obj.pk for obj in objs]).values_list("pk", flat=True))
-    sql, fields = plan
-    params = _instance_values(objs, fields, conn)
+    sql, _ = plan
+    params = _instance_values(objs, conn)
     with conn.cursor() as cursor:
         cursor.execute(f"{sql} ON CONFLICT DO NOTHING RETURNING {conn.ops.quote_name(meta.pk.column)}", params)
         inserted = {meta.pk.to_python(row[0]) for row in cursor.fetchall()}
@@ -685,7 +691,7 @@ def _rows_per_insert(conn: Any, model: type[Model]) -> int:
     limit = conn.features.max_query_params
     if limit is None:
         return INSERT_MAX_ROWS
-    columns = len([f for f in model._meta.concrete_fields if not f.generated and not isinstance(f, AutoField)])
+    columns = len(_insert_fields(model))
     return max(1, min(INSERT_MAX_ROWS, limit // max(1, columns)))
 
 
@@ -697,7 +703,7 @@ def _plan(conn: Any, model: type[Model], rows: int, returning_pk: bool) -> tuple
     if plan is not False:
         return plan
     meta = model._meta
-    fields = [f for f in meta.concrete_fields if not f.generated and not isinstance(f, AutoField)]
+    fields = _insert_fields(model)
     plan = None
     if (
         rows <= _rows_per_insert(conn, model)
