@@ -5,8 +5,9 @@ The rules themselves are pure (orchestration.flow); here they meet the rows. The
 calls (orchestration.services.service_calls_start) calls `admit` inside its transaction, with
 the candidate calls already locked: for each tenant with limits it locks the tenant's
 flow_controls row (SKIP LOCKED: a start never waits for another cluster's), counts the
-tenant's Running calls, reads the oldest held call of each of its queues, decides, moves the
-GCRA state, and marks the calls that must wait as held. A held call stays Scheduled, its
+tenant's Running calls, reads the oldest held call of each of its queues (and the oldest due
+calls that no start has decided yet), decides, moves the GCRA state, and marks the calls that
+must wait as held. A held call stays Scheduled, its
 timer already Reached; the flow loop (workers.flow) starts it when there is room, through
 the same start.
 
@@ -20,7 +21,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -31,11 +32,13 @@ from core.db import sql_query, update_many
 from core.errors import NotFound
 from core.ids import utcnow
 from orchestration.flow import (
+    TENANT_QUEUE,
     UNLIMITED,
     Candidate,
     FlowLimits,
     Gauge,
     Waiting,
+    competes,
     plan_admission,
     queue_of,
     target_host,
@@ -49,11 +52,12 @@ LIMITED_CACHE_SECONDS = 1.0
 # Queues of one tenant read per decision: its hosts with limits, the tenant's own, and a few
 # left from hosts whose limits were removed while their calls waited.
 MAX_QUEUES = 64
-# How long a due call that no start has decided yet (another start is deciding it now, or it
-# waits for a worker with room) holds back the newer calls of its queue: longer than any start
-# takes, so due order holds across processes and clusters; short enough that a call whose
-# start keeps failing does not stop its tenant's queue (docs/flow-control.md, "Due order").
-UNDECIDED_SECONDS = 5.0
+# How long after its due time a call that no start has decided yet (another start is deciding
+# it now, or it waits for a worker with room) holds back the newer calls of its queue: longer
+# than a burst's backlog normally waits, so due order holds across processes and clusters;
+# bounded, so that a call whose start keeps failing stops its queue for that long at most
+# (docs/flow-control.md, "Due order").
+UNDECIDED_SECONDS = 30.0
 
 
 # --- Which tenants have limits: a per-process cache ---------------------------------------------
@@ -202,24 +206,51 @@ def _oldest_held(tenant_id: str, queue: str, *, limit: int, exclude: Sequence[uu
     return list(rows.order_by("due_at", "service_call_id").values_list("due_at", "service_call_id")[:limit])
 
 
-def _undecided(tenant_id: str, *, now: datetime, exclude: Sequence[uuid.UUID]) -> list[tuple]:
-    """(due_at, service_call_id, target_host) of the tenant's due calls that are neither held nor
-    started, outside this start, due within UNDECIDED_SECONDS, oldest first: calls another
-    start is deciding at this moment (its transaction waits for, or skipped, this tenant's
-    row), or that wait for a worker with room. An index probe of service_calls_startable_tenant
-    that finds nothing, but while starts race."""
+def _undecided(
+    tenant_id: str,
+    limits: FlowLimits,
+    *,
+    queues: Collection[str],
+    now: datetime,
+    newest: datetime,
+    exclude: Sequence[uuid.UUID] = (),
+) -> list[Waiting]:
+    """The oldest call of each of `queues` (and the oldest of all, whatever its queue) that is
+    due, not after `newest`, and neither held nor started, outside `exclude`: a call another
+    start is deciding at this moment (its transaction has locked the call and waits for, or
+    skipped, the tenant's row), or one that waits for a worker with room. It goes before the
+    newer calls it competes with, as a held one would. Only calls due within the last
+    UNDECIDED_SECONDS count. Index probes of service_calls_startable_tenant, which find nothing
+    unless starts race or a backlog waits for room.
+
+    The oldest of all stands for the other queues: exact where that call is the one competing
+    (an older call of a host at its limit holds nobody else back, and a newer one of another
+    host behind it is then missed)."""
     rows = ServiceCall.objects.filter(
         tenant_id=tenant_id,
         status=ServiceCall.Status.SCHEDULED,
         held_since__isnull=True,
         due_at__gt=now - timedelta(seconds=UNDECIDED_SECONDS),
-        due_at__lte=now,
+        due_at__lte=min(now, newest),
     )
     if exclude:
         rows = rows.exclude(service_call_id__in=list(exclude))
-    return list(
-        rows.order_by("due_at", "service_call_id").values_list("due_at", "service_call_id", "target_host")[:MAX_QUEUES]
-    )
+    rows = rows.order_by("due_at", "service_call_id")
+    found: dict[str, Waiting] = {}
+
+    def probe(queue_rows: QuerySet[ServiceCall]) -> None:
+        for due_at, pk, host in queue_rows.values_list("due_at", "service_call_id", "target_host")[:1]:
+            queue = queue_of(host, limits)
+            found.setdefault(queue, Waiting(queue=queue, due_at=due_at, order=str(pk)))
+
+    for queue in queues:
+        if queue == TENANT_QUEUE:
+            probe(rows.exclude(target_host__in=list(limits.hosts)) if limits.hosts else rows)
+        else:
+            probe(rows.filter(target_host=queue))
+    if limits.tenant.limited and limits.hosts and set(queues) != {TENANT_QUEUE, *limits.hosts}:
+        probe(rows)
+    return list(found.values())
 
 
 def _running_counts(tenant_ids: Sequence[str]) -> dict[str, dict[str | None, int]]:
@@ -325,8 +356,14 @@ def _decide(
             waiting.append(Waiting(queue=queue, due_at=oldest[0][0], order=str(oldest[0][1])))
     # An older due call that another start has not decided yet goes first too: it waits like
     # a held one, though nobody has marked it held (yet).
-    for due_at, pk, host in _undecided(control.tenant_id, now=now, exclude=exclude):
-        waiting.append(Waiting(queue=queue_of(host, limits), due_at=due_at, order=str(pk)))
+    waiting += _undecided(
+        control.tenant_id,
+        limits,
+        queues={queue_of(c.host, limits) for c in candidates},
+        now=now,
+        newest=max(row.due_at for row in rows),
+        exclude=exclude,
+    )
     plan = plan_admission(
         candidates, limits=limits, tenant=tenant_gauge, hosts=host_gauges, waiting=waiting, now=now.timestamp()
     )
@@ -448,8 +485,33 @@ def flow_round(*, batch: int, max_tenants: int = 200) -> FlowRound:
             if queue_room == 0:
                 later(gauge)  # type: ignore[arg-type]
                 continue
-            picks.extend(_oldest_held(tenant_id, queue, limit=min(cap, queue_room)))
+            picks.extend((*row, queue) for row in _oldest_held(tenant_id, queue, limit=min(cap, queue_room)))
         picks.sort()
+        picks = _not_behind_undecided(tenant_id, limits, host_gauges, picks[:cap], now=now)
         if picks:
-            result.starts.append((tenant_id, [pk for _, pk in picks[:cap]]))
+            result.starts.append((tenant_id, [pk for _, pk, _ in picks]))
     return result
+
+
+def _not_behind_undecided(
+    tenant_id: str, limits: FlowLimits, hosts: dict[str, Gauge], picks: list[tuple], *, now: float
+) -> list[tuple]:
+    """The picks (due_at, service_call_id, queue) that no older undecided call competes with:
+    the start would hold the others again, a write transaction for nothing, every round."""
+    if not picks:
+        return picks
+    undecided = _undecided(
+        tenant_id,
+        limits,
+        queues={queue for _, _, queue in picks},
+        now=datetime.fromtimestamp(now, UTC),
+        newest=max(due_at for due_at, _, _ in picks),
+    )
+    return [
+        (due_at, pk, queue)
+        for due_at, pk, queue in picks
+        if not any(
+            u.rank < (due_at, str(pk)) and competes(u.queue, queue, limits=limits, hosts=hosts, now=now)
+            for u in undecided
+        )
+    ]

@@ -323,7 +323,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Waiting:
-    """The oldest held call of one queue that is not among the candidates."""
+    """The oldest held call of one queue that is not among the candidates (or the oldest due
+    call that no start has decided yet: orchestration.admission)."""
 
     queue: str
     due_at: datetime
@@ -348,6 +349,17 @@ def queue_of(host: str | None, limits: FlowLimits) -> str:
     if host is not None and host in limits.hosts:
         return host
     return TENANT_QUEUE
+
+
+def competes(other: str, queue: str, *, limits: FlowLimits, hosts: dict[str, Gauge], now: float) -> bool:
+    """Whether an older call waiting in queue `other` goes before a newer one of `queue`: one
+    of its own queue (the tenant's queue only when the tenant has a limit of its own: without
+    one its calls never wait), or, when the tenant has a limit of its own, one of a host with
+    room, which the tenant's capacity must serve first."""
+    if other == queue:
+        return queue != TENANT_QUEUE or limits.tenant.limited
+    gauge = hosts.get(other)
+    return limits.tenant.limited and (gauge is None or gauge.has_room(now, ahead=True))
 
 
 def plan_admission(
@@ -375,17 +387,13 @@ def plan_admission(
         if item.queue not in oldest or item.rank < oldest[item.queue]:
             oldest[item.queue] = item.rank
 
-    def competes(other: str, queue: str) -> bool:
-        """Whether a call held in queue `other` goes before a newer one of `queue`."""
-        if other == queue:
-            return queue != TENANT_QUEUE or limits.tenant.limited
-        gauge = hosts.get(other)
-        return limits.tenant.limited and (gauge is None or gauge.has_room(now, ahead=True))
-
     for candidate in sorted(candidates, key=lambda c: c.rank):
         queue = queue_of(candidate.host, limits)
         gauges = [tenant] + ([hosts[queue]] if queue != TENANT_QUEUE else [])
-        behind = any(rank < candidate.rank and competes(other, queue) for other, rank in oldest.items())
+        behind = any(
+            rank < candidate.rank and competes(other, queue, limits=limits, hosts=hosts, now=now)
+            for other, rank in oldest.items()
+        )
         if behind or not all(gauge.has_room(now, ahead=True) for gauge in gauges):
             plan.held.append((candidate, queue))
             if queue not in oldest:

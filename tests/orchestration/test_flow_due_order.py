@@ -14,7 +14,7 @@ from django.db import connection, transaction
 
 from core.ids import utcnow
 from execution.outcomes import Outcome
-from orchestration.admission import UNDECIDED_SECONDS
+from orchestration.admission import UNDECIDED_SECONDS, flow_round
 from orchestration.models import ServiceCall
 from orchestration.services import CallKey, service_call_finish, service_calls_start
 from tests.support.factories import make_call, make_flow_control
@@ -57,14 +57,27 @@ def test_a_newer_call_waits_for_an_older_due_call_no_start_has_decided(world):
 
 
 def test_an_older_call_of_a_host_at_its_limit_does_not_hold_back_other_hosts(world):
-    make_flow_control("acme", hosts={"127.0.0.1:9001": {"parallelism": 1}})
-    first = due("first", ago_ms=60)
-    assert start(first) == ["first"]
-    # Undecided, in the host's queue: the host has no room, so it competes with nothing else.
+    # The tenant has a limit of its own (so its calls to different hosts compete) and a host
+    # limit, which is used up.
+    make_flow_control("acme", parallelism=5, hosts={"127.0.0.1:9001": {"parallelism": 1}})
+    assert start(due("first", ago_ms=60)) == ["first"]
     due("waiting for a worker", ago_ms=40)
+    # Undecided, in the host's queue, whose host has no room: it holds back nobody else.
     assert start(due("elsewhere", ago_ms=20, url=HOST_B)) == ["elsewhere"]
-    # In its own queue it still goes first.
-    assert start(due("same host", ago_ms=10)) == []
+    # Once that host has room, it goes first, before newer calls to other hosts too.
+    service_call_finish(tenant_id="acme", service_call_id=ServiceCall.objects.get(name="first").pk, outcome=OK)
+    assert start(due("elsewhere later", ago_ms=10, url=HOST_B)) == []
+
+
+def test_an_undecided_call_in_the_tenants_queue_is_found_behind_a_hosts_backlog(world):
+    make_flow_control("acme", parallelism=5, hosts={"127.0.0.1:9001": {"parallelism": 1}})
+    assert start(due("first", ago_ms=900)) == ["first"]
+    # More undecided calls to the host at its limit than a single look would read, all older
+    # than the one call of the tenant's queue that waits for a worker.
+    for n in range(70):
+        due(f"host {n}", ago_ms=800 - n)
+    due("tenant's queue", ago_ms=300, url=HOST_B)
+    assert start(due("newer", ago_ms=20, url=HOST_B)) == []
 
 
 def test_a_tenant_without_a_limit_of_its_own_keeps_its_unlimited_calls_unordered(world):
@@ -84,6 +97,16 @@ def test_a_call_undecided_for_longer_than_the_window_holds_nothing_back(world):
 def test_a_tenant_without_limits_is_not_ordered_at_all(world):
     due("older", ago_ms=40)
     assert start(due("newer", ago_ms=20)) == ["newer"]
+
+
+def test_the_flow_loop_leaves_held_calls_behind_an_undecided_one_alone(world):
+    """Its start would hold them again: a write transaction for nothing, fifty times a second."""
+    make_flow_control("acme", parallelism=5)
+    older, newer = due("older", ago_ms=40), due("newer", ago_ms=20)
+    assert start(newer) == []
+    assert flow_round(batch=50).starts == []
+    assert start(older) == ["older"]
+    assert flow_round(batch=50).starts == [("acme", [newer.pk])]
 
 
 def test_the_look_for_undecided_calls_probes_its_index(world):
