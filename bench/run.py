@@ -319,26 +319,32 @@ class Run:
         try:
             key = submission.api_key()
 
+            servers = {port: web, floor_port: floor_web}
+
             def python_client(port: int, path: str) -> dict:
-                return submission.python_client(
-                    port=port,
-                    key=key,
-                    target=self.target_url,
-                    total=s["submit"],
-                    threads=s["submit_threads"],
-                    env=self.env,
-                    path=path,
-                )
+                with submission.split_watched(servers[port], port) as split:
+                    result = submission.python_client(
+                        port=port,
+                        key=key,
+                        target=self.target_url,
+                        total=s["submit"],
+                        threads=s["submit_threads"],
+                        env=self.env,
+                        path=path,
+                    )
+                return {**result, "connections_per_worker": split}
 
             def wrk_client(port: int, path: str) -> dict | None:
-                return submission.wrk_client(
-                    port=port,
-                    key=key,
-                    target=self.target_url,
-                    seconds=s["wrk_seconds"],
-                    connections=s["submit_threads"],
-                    path=path,
-                )
+                with submission.split_watched(servers[port], port) as split:
+                    result = submission.wrk_client(
+                        port=port,
+                        key=key,
+                        target=self.target_url,
+                        seconds=s["wrk_seconds"],
+                        connections=s["submit_threads"],
+                        path=path,
+                    )
+                return None if result is None else {**result, "connections_per_worker": split}
 
             before = submission.accepted_rows()
             result = python_client(port, submission.API_PATH)
@@ -670,6 +676,10 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             return None
         return f"{fmt(result.get('p50_ms'))} / {fmt(result.get('p99_ms'))}"
 
+    def split_of(result: dict | None) -> str | None:
+        split = (result or {}).get("connections_per_worker")
+        return " / ".join(str(n) for n in split) if split else None
+
     for key, suffix in (("submission", ""), ("submission_wrk", ", wrk")):
         product, floor_result = a.get(key), fl.get(key)
         if not product and not floor_result:
@@ -680,6 +690,11 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         add(f"POST service-calls p50 / p99 (ms){suffix}", latency(product))
         add(f"POST floor view ({client}) req/s", bare=floor_rate, digits=0)
         add(f"POST floor view p50 / p99 (ms){suffix}", bare=latency(floor_result))
+        add(
+            f"POST connections per web worker{suffix}",
+            split_of(product),
+            bare=split_of(floor_result),
+        )
         share = ratio(rate, floor_rate)
         add(
             f"POST service-calls / floor{suffix} (%)",

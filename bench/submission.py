@@ -10,9 +10,13 @@ module (bench.floor_settings: the project's, with the floor view in the URLconf)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -71,6 +75,81 @@ def start_web(
     )
     wait_port(port, timeout=30, proc=child.proc)
     return child, port
+
+
+def _worker_pids(master: int) -> list[int]:
+    """gunicorn's worker processes: the children of its arbiter."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        if int(stat.rsplit(")", 1)[1].split()[1]) == master:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _established_inodes(port: int) -> set[str]:
+    """The inodes of the established TCP connections whose local port is `port`."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                inodes.add(inode)
+    return inodes
+
+
+def connections_per_worker(master: int, port: int) -> list[int]:
+    """How many of the clients' connections each gunicorn worker holds now, most first."""
+    inodes = _established_inodes(port)
+    counts = []
+    for pid in _worker_pids(master):
+        held = 0
+        try:
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                try:
+                    link = os.readlink(fd.path)
+                except OSError:
+                    continue
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    held += 1
+        except OSError:
+            continue
+        counts.append(held)
+    return sorted(counts, reverse=True)
+
+
+@contextmanager
+def split_watched(web: Child, port: int) -> Iterator[list[int]]:
+    """The clients' connections per web worker while the block runs: the fullest sample (a
+    load client keeps its connections for the whole run, and gunicorn never moves one from
+    the worker that accepted it)."""
+    split: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.25):
+            sample = connections_per_worker(web.proc.pid, port)
+            if sum(sample) >= sum(split):
+                split[:] = sample
+
+    thread = threading.Thread(target=watch, name="split-watch", daemon=True)
+    thread.start()
+    try:
+        yield split
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def api_key() -> str:
