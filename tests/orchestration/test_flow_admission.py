@@ -26,6 +26,7 @@ from orchestration.services import (
 from outbox.models import OutboxEvent
 from tests.support.factories import make_call, make_flow_control
 from tests.support.plans import query_plan, recorded_queries, selects_from
+from tests.support.starts import fresh, start
 
 OK = Outcome(succeeded=True, status=200, headers={}, body_snippet="", latency_ms=1)
 HTTP_503 = Outcome.failure(ErrorKind.HTTP_ERROR, "503", status=503, latency_ms=5)
@@ -37,17 +38,6 @@ def calls(n: int, tenant: str = "acme", *, url: str = HOST_A, name: str = "c") -
     """n calls due now, in due order (each due a millisecond after the one before)."""
     first = utcnow() - timedelta(seconds=1)
     return [make_call(tenant, name=f"{name}{i}", url=url, due_at=first + timedelta(milliseconds=i)) for i in range(n)]
-
-
-def start(*rows: ServiceCall) -> list[str]:
-    """Start the calls as the timer or the flow loop does; the names of those that started."""
-    started = service_calls_start(keys=[CallKey(row.tenant_id, row.pk) for row in rows])
-    names = {row.pk: row.name for row in rows}
-    return sorted(names[call.service_call_id] for call in started)
-
-
-def fresh(row: ServiceCall) -> ServiceCall:
-    return ServiceCall.objects.get(pk=row.pk)
 
 
 def finish(*rows: ServiceCall) -> None:

@@ -6,19 +6,20 @@ orchestration.admission.UNDECIDED_SECONDS holds nothing back."""
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 from core.ids import utcnow
 from execution.outcomes import Outcome
 from orchestration.admission import UNDECIDED_SECONDS, flow_round
 from orchestration.models import ServiceCall
-from orchestration.services import CallKey, service_call_finish, service_calls_start
+from orchestration.services import service_call_finish
 from tests.support.factories import make_call, make_flow_control
+from tests.support.locks import paused_in_another_connection
 from tests.support.plans import query_plan, recorded_queries, selects_from
+from tests.support.starts import fresh, start
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.also_postgres]
 
@@ -33,16 +34,6 @@ def due(name: str, *, ago_ms: float, url: str = HOST_A) -> ServiceCall:
     call.due_at = utcnow() - timedelta(milliseconds=ago_ms)
     ServiceCall.objects.filter(pk=call.pk).update(due_at=call.due_at)
     return call
-
-
-def start(*rows: ServiceCall) -> list[str]:
-    started = service_calls_start(keys=[CallKey(row.tenant_id, row.pk) for row in rows])
-    names = {row.pk: row.name for row in rows}
-    return sorted(names[call.service_call_id] for call in started)
-
-
-def fresh(row: ServiceCall) -> ServiceCall:
-    return ServiceCall.objects.get(pk=row.pk)
 
 
 def test_a_newer_call_waits_for_an_older_due_call_no_start_has_decided(world):
@@ -135,34 +126,12 @@ def test_a_call_another_start_is_deciding_goes_first(world):
         pytest.skip("two write transactions at once: PostgreSQL's row locks (SQLite has one writer)")
     make_flow_control("acme", parallelism=5)
     older, newer = due("older", ago_ms=40), due("newer", ago_ms=20)
-    locked, go_on = threading.Event(), threading.Event()
-    results: dict[str, object] = {}
-
-    def pause_before_the_tenants_row(execute, sql, params, many, context):
-        if 'FROM "flow_controls"' in sql and "FOR UPDATE" in sql:
-            locked.set()
-            go_on.wait(10)
-        return execute(sql, params, many, context)
-
-    def older_start() -> None:
-        try:
-            with connection.execute_wrapper(pause_before_the_tenants_row), transaction.atomic():
-                results["older"] = start(older)
-        except BaseException as exc:  # noqa: BLE001 - reported to the test
-            results["older"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=older_start)
-    thread.start()
-    try:
-        assert locked.wait(10), "the older call's start never reached the tenant's row"
+    with paused_in_another_connection(
+        lambda: start(older), before=lambda sql: 'FROM "flow_controls"' in sql and "FOR UPDATE" in sql
+    ) as outcome:
         assert fresh(older).held_since is None  # locked by its start, not decided
         assert start(newer) == []
-    finally:
-        go_on.set()
-        thread.join(10)
-    assert results["older"] == ["older"]
+    assert outcome == [["older"]]
     assert start(newer) == ["newer"]
     assert fresh(older).started_at <= fresh(newer).started_at
     assert service_call_finish(tenant_id="acme", service_call_id=older.pk, outcome=OK)

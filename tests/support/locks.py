@@ -66,3 +66,38 @@ def locks_at_once(model: type[Model], pk: Any) -> bool:
         return True
     except DatabaseError:
         return False
+
+
+@contextmanager
+def paused_in_another_connection(work: Callable[[], T], *, before: Callable[[str], bool]) -> Iterator[list]:
+    """`work()` in a transaction of another connection, paused for the block just before the
+    first statement for which `before(sql)` is true (what it ran until then holds its locks).
+    After the block it goes on; the list yielded then holds its result or its exception."""
+    outcome: list = []
+    paused, go_on = threading.Event(), threading.Event()
+
+    def pause(execute, sql, params, many, context):
+        if not paused.is_set() and before(sql):
+            paused.set()
+            go_on.wait(10)
+        return execute(sql, params, many, context)
+
+    def run() -> None:
+        try:
+            with connection.execute_wrapper(pause), transaction.atomic():
+                outcome.append(work())
+        except BaseException as exc:  # noqa: BLE001 - reported to the test
+            outcome.append(exc)
+        finally:
+            paused.set()
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert paused.wait(10), "the other connection's work never reached the statement"
+        assert not outcome, f"the other connection's work ended before the statement: {outcome}"
+        yield outcome
+    finally:
+        go_on.set()
+        thread.join(10)
