@@ -214,7 +214,8 @@ def _undecided(
     newest: datetime,
     exclude: Sequence[uuid.UUID] = (),
 ) -> list[Waiting]:
-    """The oldest call of each of `queues` (and the oldest of all, whatever its queue) that is
+    """The oldest call of each of `queues` that could compete (and the oldest of all, whatever
+    its queue, when the tenant has a limit of its own) that is
     due, not after `newest`, and neither held nor started, outside `exclude`: a call another
     start is deciding at this moment (its transaction has locked the call and waits for, or
     skipped, the tenant's row), or one that waits for a worker with room. It goes before the
@@ -243,10 +244,10 @@ def _undecided(
             found.setdefault(queue, Waiting(queue=queue, due_at=due_at, order=str(pk)))
 
     for queue in queues:
-        if queue == TENANT_QUEUE:
-            probe(rows.exclude(target_host__in=list(limits.hosts)) if limits.hosts else rows)
-        else:
+        if queue != TENANT_QUEUE:
             probe(rows.filter(target_host=queue))
+        elif limits.tenant.limited:  # without a limit of its own, its queue's calls never wait
+            probe(rows.exclude(target_host__in=list(limits.hosts)) if limits.hosts else rows)
     if limits.tenant.limited and limits.hosts and set(queues) != {TENANT_QUEUE, *limits.hosts}:
         probe(rows)
     return list(found.values())

@@ -125,8 +125,9 @@ class ServiceCall(models.Model):
                 condition=Q(status="Scheduled", held_since__isnull=True),
                 name="service_calls_startable_due",
             ),
-            # A tenant's calls that are due and that no start has decided yet (flow control's
-            # due order across processes, orchestration.admission._undecided).
+            # Scheduled calls that flow control does not hold, by tenant and due time: a limited
+            # tenant's due calls that no start has decided yet (flow control's due order across
+            # processes, orchestration.admission._undecided).
             models.Index(
                 fields=["tenant", "due_at", "service_call_id"],
                 condition=Q(status="Scheduled", held_since__isnull=True),

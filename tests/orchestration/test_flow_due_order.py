@@ -75,7 +75,11 @@ def test_a_tenant_without_a_limit_of_its_own_keeps_its_unlimited_calls_unordered
     # Only a host has a limit: the tenant's other calls never wait, so never for each other.
     make_flow_control("acme", hosts={"127.0.0.1:9001": {"parallelism": 1}})
     due("older", ago_ms=40, url=HOST_B)
-    assert start(due("newer", ago_ms=20, url=HOST_B)) == ["newer"]
+    newer = due("newer", ago_ms=20, url=HOST_B)
+    with recorded_queries() as queries:
+        assert start(newer) == ["newer"]
+    # Nothing could compete with it: no look for undecided calls either.
+    assert not [sql for sql, _ in selects_from(queries, "service_calls") if '"held_since" IS NULL' in sql], queries
 
 
 def test_a_call_undecided_for_longer_than_the_window_holds_nothing_back(world):
