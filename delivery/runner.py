@@ -1,10 +1,11 @@
-"""The delivery loop's step: claim due notifications, try each on a worker thread (no
-transaction is open while a request is out), record the results as they come back. A slow
-or dead subscriber holds one thread per notification in flight, never the others' deliveries
-(docs/events.md)."""
+"""The delivery loop's step: claim due notifications, start their tries (webhooks on the
+process's asyncio loop, NATS batches on a thread; no transaction is open while a request is
+out), record the results as they come back. A slow or dead subscriber holds at most its share
+of the tries out at once, never the others' deliveries (docs/events.md)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -12,15 +13,16 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError, close_old_connections, transaction
 
 from core.ids import utcnow
 from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
-from delivery.senders import send, send_nats_many
+from delivery.senders import send, send_nats_many, webhook_request, webhook_result
 from delivery.services import (
     ClaimedNotification,
     SendResult,
@@ -29,6 +31,9 @@ from delivery.services import (
     notifications_record,
     notifications_release,
 )
+from execution.aio import sender
+from execution.http import HttpRequest
+from execution.outcomes import Outcome
 
 logger = logging.getLogger("serviceagent.delivery")
 
@@ -36,15 +41,23 @@ logger = logging.getLogger("serviceagent.delivery")
 RECORD_TRIES = 3
 
 
-class Deliverer:
-    """Claims with a lease, tries on `concurrency` threads of its own, records in batches.
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:1000]
 
-    It claims ahead of its threads: up to twice `concurrency` notifications (and twice
-    `per_subscription` of one subscription) are claimed and not yet recorded, so a thread that
-    finishes a try takes the next one at once rather than wait for the loop's next write, which
-    during a burst waits its turn behind the calls' and the dispatcher's writes. What is sent
-    at once stays bounded as before: `concurrency` tries, `per_subscription` threads for one
-    subscription (a slow or dead receiver holds that many threads, never all of them)."""
+
+class Deliverer:
+    """Claims with a lease, has up to `concurrency` tries out at once, records in batches.
+
+    A webhook try is handed to the process's asyncio loop (execution/aio.py) and its result
+    comes back by callback: no thread waits for it. A claim's NATS notifications are one
+    publish batch, which a thread of its own waits for (delivery/senders.py).
+
+    It claims ahead of its tries: up to twice `concurrency` notifications (and twice
+    `per_subscription` of one subscription) are claimed and not yet recorded, so a try that
+    comes back starts the next one at once rather than wait for the loop's next write, which
+    during a burst waits its turn behind the calls' and the dispatcher's writes. What is out at
+    once stays bounded: `concurrency` tries, `per_subscription` of one subscription (a slow or
+    dead receiver holds that many, never all of them)."""
 
     def __init__(
         self,
@@ -69,14 +82,13 @@ class Deliverer:
         self.in_flight = 0
         self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
         self._lock = threading.Lock()
-        self._work_ready = threading.Condition(self._lock)
-        # Claimed and not started, in claim order: each entry one thread's try (a webhook) or
-        # one publish batch (a claim's NATS notifications).
+        # Claimed and not started, in claim order: each entry one try (a webhook) or one
+        # publish batch (a claim's NATS notifications).
         self._waiting: deque[list[ClaimedNotification]] = deque()
-        # Threads trying per subscription now (a NATS batch counts once for each of its own).
+        # Tries out per subscription now (a NATS batch counts once for each of its own).
         self.sending_by_subscription: Counter[uuid.UUID] = Counter()
-        self._threads: list[threading.Thread] = []
-        self._trying = 0  # threads trying now
+        self._trying = 0  # tries out now
+        self._nats_threads: ThreadPoolExecutor | None = None  # made on the first NATS batch
         self._stopping = False
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
@@ -106,13 +118,7 @@ class Deliverer:
                 self.in_flight += len(claimed)
                 self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
                 self._waiting.extend([nats, *tries] if nats else tries)
-                # Threads as they are needed, up to `concurrency`: one more for each waiting try
-                # no free thread would take.
-                while len(self._threads) < self.concurrency and len(self._threads) - self._trying < len(self._waiting):
-                    thread = threading.Thread(target=self._work, name=f"delivery_{len(self._threads)}", daemon=True)
-                    thread.start()
-                    self._threads.append(thread)
-                self._work_ready.notify(len(tries) + bool(nats))
+            self._start_tries()
         return len(ready) + len(claimed)
 
     def _next_try(self) -> list[ClaimedNotification] | None:
@@ -147,40 +153,80 @@ class Deliverer:
         self.in_flight_by_subscription.subtract(n.subscription_id for n in batch)
         self.in_flight_by_subscription += Counter()  # drop the zeros
 
-    def _work(self) -> None:
-        """A delivery thread: the next try that may start, sent, its result left for the loop."""
+    def _start_tries(self) -> None:
+        """Start every waiting try that may start now: within `concurrency` and its
+        subscriptions' share, in claim order. Called after a claim and whenever a try comes
+        back."""
         while True:
             with self._lock:
-                while not self._stopping and (batch := self._next_try()) is None:
-                    self._work_ready.wait()
-                if self._stopping:
-                    return
-                subscriptions = {n.subscription_id for n in batch}
-                self.sending_by_subscription.update(subscriptions)
-                self._trying += 1
-            try:
-                self._try(batch)
-            finally:
-                with self._lock:
-                    self._trying -= 1
-                    self.sending_by_subscription.subtract(subscriptions)
-                    self.sending_by_subscription += Counter()  # drop the zeros
-                    if self._waiting:  # a try of each of these subscriptions may start now
-                        self._work_ready.notify(len(subscriptions))
+                batches = []
+                while not self._stopping and self._trying < self.concurrency:
+                    batch = self._next_try()
+                    if batch is None:
+                        break
+                    self._trying += 1
+                    self.sending_by_subscription.update({n.subscription_id for n in batch})
+                    batches.append(batch)
+            if not batches:
+                return
+            requests: list[tuple[HttpRequest, Callable[[Outcome], None]]] = []
+            ended = 0
+            for batch in batches:
+                if batch[0].subscription.kind == Subscription.Kind.NATS:
+                    self._nats_pool().submit(self._try_nats, batch)
+                    continue
+                notification, started = batch[0], utcnow()
+                try:
+                    request = webhook_request(notification, started)
+                except Exception as exc:  # a bug is a failed try, not a lost one
+                    logger.exception("making a webhook try failed")
+                    request = SendResult(succeeded=False, started_at=started, error=_error(exc))
+                if isinstance(request, SendResult):
+                    self._came_back_with(batch, [request])
+                    ended += 1
+                    continue
+                requests.append((request, functools.partial(self._webhook_back, notification, started)))
+            sender().submit(requests)
+            if not ended:  # those that ended at once made room for more
+                return
 
-    def _try(self, batch: list[ClaimedNotification]) -> None:
-        """Send, and leave each result for the loop; never raises (a bug is a failed try, not a
-        lost one or a dead thread)."""
+    def _webhook_back(self, notification: ClaimedNotification, started: datetime, outcome: Outcome) -> None:
+        """A webhook try's response (on the asyncio loop's thread): its result left for the
+        loop, and the next tries started."""
+        try:
+            result = webhook_result(outcome, started)
+        except Exception as exc:
+            logger.exception("reading a webhook try's response failed")
+            result = SendResult(succeeded=False, started_at=started, error=_error(exc))
+        self._came_back_with([notification], [result])
+        self._start_tries()
+
+    def _try_nats(self, batch: list[ClaimedNotification]) -> None:
+        """Publish a NATS batch and wait for its acks (on a thread of the deliverer's); never
+        raises."""
         started = utcnow()
         try:
-            results = [send(batch[0])] if len(batch) == 1 else send_nats_many(batch)
+            results = send_nats_many(batch)
         except Exception as exc:
             logger.exception("trying %d deliveries failed", len(batch))
-            error = f"{type(exc).__name__}: {exc}"[:1000]
-            results = [SendResult(succeeded=False, started_at=started, error=error) for _ in batch]
+            results = [SendResult(succeeded=False, started_at=started, error=_error(exc)) for _ in batch]
+        self._came_back_with(batch, results)
+        self._start_tries()
+
+    def _came_back_with(self, batch: list[ClaimedNotification], results: list[SendResult]) -> None:
+        """A try is over: each result left for the loop, its place free for the next."""
         for notification, result in zip(batch, results, strict=True):
             self.results.put((notification, result))
+        with self._lock:
+            self._trying -= 1
+            self.sending_by_subscription.subtract({n.subscription_id for n in batch})
+            self.sending_by_subscription += Counter()  # drop the zeros
         self._came_back.set()
+
+    def _nats_pool(self) -> ThreadPoolExecutor:
+        if self._nats_threads is None:
+            self._nats_threads = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="delivery_nats")
+        return self._nats_threads
 
     def wait(self, timeout: float) -> None:
         """Sleep until a try comes back or `timeout` passes (new notifications are polled for)."""
@@ -276,7 +322,6 @@ class Deliverer:
             self._stopping = True
             cancelled = [notification for batch in self._waiting for notification in batch]
             self._waiting.clear()
-            self._work_ready.notify_all()
         if cancelled:
             with self._lock:
                 self.in_flight -= len(cancelled)
@@ -302,6 +347,8 @@ class Deliverer:
             with self._lock:
                 out = self.in_flight
             logger.warning("stopped with %d delivery tries out; they are tried again when their lease ends", out)
+        if self._nats_threads is not None:
+            self._nats_threads.shutdown(wait=False)
 
 
 def deliver_now(*, limit: int = 100) -> int:

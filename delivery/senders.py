@@ -1,6 +1,6 @@
 """One try of one notification: a webhook POST signed per Standard Webhooks (through the same
-egress policy and bounded, pinned transport as service calls), or a NATS JetStream publish
-acknowledged by the stream (docs/events.md)."""
+egress policy and bounded, pinned rules as service calls, sent on the process's asyncio loop:
+execution/aio.py), or a NATS JetStream publish acknowledged by the stream (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -19,18 +19,25 @@ from core.ids import utcnow
 from core.secrets import SecretUnavailable, unseal_value
 from delivery.models import Subscription
 from delivery.services import ClaimedNotification, SendResult
-from execution.http import USER_AGENT, HttpRequest, perform
+from execution.aio import sender
+from execution.http import USER_AGENT, HttpRequest
+from execution.outcomes import Outcome
 
 # Statuses whose Retry-After is honoured (docs/events.md, "Retries").
 _RETRY_AFTER_STATUSES = (429, 503)
 
 
 def send(notification: ClaimedNotification) -> SendResult:
-    """Try it once; never raises (a failure is a result)."""
+    """Try it once and wait for the result (commands, tests, one notification); never raises
+    (a failure is a result). The delivery loop starts webhook tries without waiting for them
+    (delivery/runner.py)."""
     started = utcnow()
     try:
         if notification.subscription.kind == Subscription.Kind.WEBHOOK:
-            return _send_webhook(notification, started)
+            request = webhook_request(notification, started)
+            if isinstance(request, SendResult):
+                return request
+            return webhook_result(sender().perform_many([request])[0], started)
         return _send_nats(notification, started)
     except Exception as exc:  # a bug or an unreachable dependency is a failed try, not a dead loop
         return SendResult(succeeded=False, started_at=started, error=f"{type(exc).__name__}: {exc}"[:1000])
@@ -62,7 +69,9 @@ def _signer(sealed: tuple[tuple[str, str], ...], keys: tuple[tuple[str, ...], st
     return Webhook(unseal_value(dict(sealed)))
 
 
-def _send_webhook(notification: ClaimedNotification, started: datetime) -> SendResult:
+def webhook_request(notification: ClaimedNotification, started: datetime) -> HttpRequest | SendResult:
+    """The signed POST of one webhook try, or its failed result when no secret can sign it
+    (a sealing key gone)."""
     subscription = notification.subscription
     body = webhook_body(notification.envelope)
     msg_id = str(notification.envelope["id"])
@@ -70,21 +79,24 @@ def _send_webhook(notification: ClaimedNotification, started: datetime) -> SendR
         signature = webhook_signature(subscription, msg_id=msg_id, at=started, body=body)
     except SecretUnavailable as exc:
         return SendResult(succeeded=False, started_at=started, error=str(exc))
-    outcome = perform(
-        HttpRequest(
-            method="POST",
-            url=subscription.url,
-            headers={
-                "webhook-id": msg_id,
-                "webhook-timestamp": str(int(started.timestamp())),
-                "webhook-signature": signature,
-                "Content-Type": "application/json",
-                "User-Agent": USER_AGENT,
-            },
-            body=body,
-            timeout_ms=settings.WEBHOOK_TIMEOUT_MS,
-        )
+    return HttpRequest(
+        method="POST",
+        url=subscription.url,
+        headers={
+            "webhook-id": msg_id,
+            "webhook-timestamp": str(int(started.timestamp())),
+            "webhook-signature": signature,
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+        },
+        body=body,
+        timeout_ms=settings.WEBHOOK_TIMEOUT_MS,
     )
+
+
+def webhook_result(outcome: Outcome, started: datetime) -> SendResult:
+    """A webhook try's result from its response: 2xx succeeded; anything else failed, with a
+    429's or 503's Retry-After, and 410 Gone marked (it disables the subscription)."""
     if outcome.succeeded:
         return SendResult(
             succeeded=True,

@@ -301,7 +301,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         return int((time.monotonic() - started) * 1000)
 
     def failure(kind: str, message: str, status: int | None = None) -> Outcome:
-        return Outcome.failure(kind, _scrub(message, secrets), status=status, latency_ms=latency())
+        return Outcome.failure(kind, scrub(message, secrets), status=status, latency_ms=latency())
 
     def timed_out() -> Outcome:
         return failure(ErrorKind.TIMEOUT, f"no complete response within {request.timeout_ms} ms")
@@ -350,38 +350,54 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         sockets.clear()
         end_attempt()
 
-    # A target echoing the request (secret headers included) must not put the secrets in
-    # the outcome: known secret values are scrubbed from the snippet and header values, and
-    # secret response headers (Set-Cookie, ...) are redacted before anything stores them.
-    snippet = _scrub(snippet_bytes.decode("utf-8", errors="replace"), secrets)
-    # One entry per name, in the order first seen, repeated fields joined with ", " (as
-    # requests' Response.headers showed them).
     received = response.headers
-    headers_out = {
-        _scrub(name, secrets): _scrub(value, secrets)
-        for name, value in redact_headers(
-            {name: received[name] for name in itertools.islice(received, settings.RESPONSE_MAX_HEADERS)}
-        ).items()
-    }
-    status = response.status
+    return response_outcome(
+        status=response.status,
+        reason=response.reason,
+        # One entry per name, in the order first seen, repeated fields joined with ", " (as
+        # requests' Response.headers showed them).
+        headers={name: received[name] for name in itertools.islice(received, settings.RESPONSE_MAX_HEADERS)},
+        snippet=snippet_bytes,
+        truncated=truncated,
+        secrets=secrets,
+        latency_ms=latency(),
+    )
+
+
+def response_outcome(
+    *,
+    status: int,
+    reason: str | None,
+    headers: dict[str, str],
+    snippet: bytes,
+    truncated: bool,
+    secrets: list[str],
+    latency_ms: int,
+) -> Outcome:
+    """The Outcome of a response: 2xx succeeded, anything else an HTTP error with its status.
+    A target echoing the request (secret headers included) must not put the secrets in the
+    outcome: known secret values are scrubbed from the snippet and header values, and secret
+    response headers (Set-Cookie, ...) are redacted before anything stores them."""
+    text = scrub(snippet.decode("utf-8", errors="replace"), secrets)
+    headers_out = {scrub(name, secrets): scrub(value, secrets) for name, value in redact_headers(headers).items()}
     if 200 <= status < 300:
         return Outcome(
             succeeded=True,
             status=status,
             headers=headers_out,
-            body_snippet=snippet,
+            body_snippet=text,
             body_truncated=truncated,
-            latency_ms=latency(),
+            latency_ms=latency_ms,
         )
     return Outcome(
         succeeded=False,
         status=status,
         headers=headers_out,
-        body_snippet=snippet,
+        body_snippet=text,
         body_truncated=truncated,
-        latency_ms=latency(),
+        latency_ms=latency_ms,
         error_kind=ErrorKind.HTTP_ERROR,
-        error_message=_scrub(f"HTTP {status} {response.reason or ''}".strip()[:200], secrets),
+        error_message=scrub(f"HTTP {status} {reason or ''}".strip()[:200], secrets),
     )
 
 
@@ -622,7 +638,7 @@ def secret_values(headers: dict[str, Any]) -> list[str]:
     return sorted((value for value in found if value), key=len, reverse=True)
 
 
-def _scrub(message: str, secrets: list[str]) -> str:
+def scrub(message: str, secrets: list[str]) -> str:
     """No secret header value survives in a message, whatever library echoed it; and no NUL,
     which a hostile target may send but PostgreSQL's text and jsonb cannot store."""
     for value in secrets:

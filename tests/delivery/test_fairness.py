@@ -191,22 +191,22 @@ def test_a_failing_look_for_due_work_loses_no_result(transactional_db, world, mo
     assert Notification.objects.get(subscription=subscription).state == Notification.State.SUCCEEDED
 
 
-def test_a_try_that_raises_is_a_failed_try_and_its_thread_goes_on(transactional_db, world, monkeypatch):
+def test_a_try_that_raises_is_a_failed_try_and_the_next_one_goes_out(transactional_db, world, monkeypatch):
     with receiving() as receiver:
         subscription = webhook(receiver.url("/ok"))
         first = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
         deliverer = Deliverer(concurrency=1, batch_size=1)
         try:
 
-            def broken(notification):
+            def broken(notification, started):
                 raise RuntimeError("a bug in the sender")
 
-            monkeypatch.setattr(runner, "send", broken)
+            monkeypatch.setattr(runner, "webhook_request", broken)
             assert deliverer.step() == 1
             wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
             monkeypatch.undo()
             second = subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
-            assert deliverer.step() == 2  # the failure recorded, the next claimed: the same thread sends it
+            assert deliverer.step() == 2  # the failure recorded, the next claimed and sent
             wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
             deliverer.record_ready()
         finally:
@@ -214,7 +214,7 @@ def test_a_try_that_raises_is_a_failed_try_and_its_thread_goes_on(transactional_
     failed = Notification.objects.get(pk=first.pk)
     assert (failed.state, failed.last_error) == (Notification.State.FAILED, "RuntimeError: a bug in the sender")
     assert Notification.objects.get(pk=second.pk).state == Notification.State.SUCCEEDED
-    assert len(deliverer._threads) == 1
+    assert deliverer.idle()
 
 
 def test_a_claimed_try_that_could_not_end_within_its_lease_is_not_started(transactional_db, world, monkeypatch):
