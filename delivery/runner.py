@@ -169,24 +169,33 @@ class Deliverer:
                     batches.append(batch)
             if not batches:
                 return
-            requests: list[tuple[HttpRequest, Callable[[Outcome], None]]] = []
+            webhooks: list[tuple[ClaimedNotification, datetime, HttpRequest]] = []
             ended = 0
             for batch in batches:
-                if batch[0].subscription.kind == Subscription.Kind.NATS:
-                    self._nats_pool().submit(self._try_nats, batch)
-                    continue
-                notification, started = batch[0], utcnow()
+                started = utcnow()
                 try:
-                    request = webhook_request(notification, started)
-                except Exception as exc:  # a bug is a failed try, not a lost one
-                    logger.exception("making a webhook try failed")
+                    if batch[0].subscription.kind == Subscription.Kind.NATS:
+                        self._nats_pool().submit(self._try_nats, batch)
+                        continue
+                    request = webhook_request(batch[0], started)
+                except Exception as exc:  # a bug, or the pool gone: a failed try, never a lost one
+                    logger.exception("starting %d delivery tries failed", len(batch))
                     request = SendResult(succeeded=False, started_at=started, error=_error(exc))
                 if isinstance(request, SendResult):
-                    self._came_back_with(batch, [request])
+                    self._came_back_with(batch, [request] * len(batch))
                     ended += 1
-                    continue
-                requests.append((request, functools.partial(self._webhook_back, notification, started)))
-            sender().submit(requests)
+                else:
+                    webhooks.append((batch[0], started, request))
+            try:
+                sender().submit(
+                    [(request, functools.partial(self._webhook_back, n, started)) for n, started, request in webhooks]
+                )
+            except Exception as exc:
+                logger.exception("handing %d webhook tries to the sender failed", len(webhooks))
+                for notification, started, _ in webhooks:
+                    failed = SendResult(succeeded=False, started_at=started, error=_error(exc))
+                    self._came_back_with([notification], [failed])
+                    ended += 1
             if not ended:  # those that ended at once made room for more
                 return
 
@@ -214,19 +223,30 @@ class Deliverer:
         self._start_tries()
 
     def _came_back_with(self, batch: list[ClaimedNotification], results: list[SendResult]) -> None:
-        """A try is over: each result left for the loop, its place free for the next."""
-        for notification, result in zip(batch, results, strict=True):
-            self.results.put((notification, result))
-        with self._lock:
-            self._trying -= 1
-            self.sending_by_subscription.subtract({n.subscription_id for n in batch})
-            self.sending_by_subscription += Counter()  # drop the zeros
-        self._came_back.set()
+        """A try is over: each result left for the loop, its place free for the next (whatever
+        happens to the results: a place never leaks)."""
+        try:
+            if len(results) != len(batch):  # a bug in a sender: each notification failed
+                started = utcnow()
+                error = f"{len(results)} results for {len(batch)} tries"
+                logger.error("a delivery try gave %s", error)
+                results = [SendResult(succeeded=False, started_at=started, error=error) for _ in batch]
+            for notification, result in zip(batch, results, strict=True):
+                self.results.put((notification, result))
+        finally:
+            with self._lock:
+                self._trying -= 1
+                self.sending_by_subscription.subtract({n.subscription_id for n in batch})
+                self.sending_by_subscription += Counter()  # drop the zeros
+            self._came_back.set()
 
     def _nats_pool(self) -> ThreadPoolExecutor:
-        if self._nats_threads is None:
-            self._nats_threads = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="delivery_nats")
-        return self._nats_threads
+        with self._lock:  # tries start from the loop's thread, the asyncio loop's and these
+            if self._nats_threads is None:
+                self._nats_threads = ThreadPoolExecutor(
+                    max_workers=self.concurrency, thread_name_prefix="delivery_nats"
+                )
+            return self._nats_threads
 
     def wait(self, timeout: float) -> None:
         """Sleep until a try comes back or `timeout` passes (new notifications are polled for)."""

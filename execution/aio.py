@@ -9,7 +9,8 @@ sends every request with aiohttp: a caller hands requests over with a callback a
 The same request and the same rules as `perform` (docs/security.md §3):
 - `wire_request` makes the request, so the same headers go out, and aiohttp adds none of its
   own;
-- the egress policy resolves the URL's host and checks every address before anything
+- the egress policy resolves the URL's host (on perform's lookup threads: a hung lookup holds
+  its own thread and its try, never another's) and checks every address before anything
   connects, and the connection goes to the checked address: the URL handed to aiohttp names
   the address, the Host header and TLS's server name the URL's host, and its pool is keyed by
   both;
@@ -19,16 +20,19 @@ The same request and the same rules as `perform` (docs/security.md §3):
   bounds lines, not the header block as `perform` does: RESPONSE_MAX_HEADER_BYTES caps the
   line too when it is lower), and at most RESPONSE_BODY_MAX_BYTES of body read, of which only
   the snippet is kept;
-- one deadline for the whole request: resolution, connect, headers and body;
+- one deadline for the whole request: resolution, connect, headers and body (interim 1xx
+  responses are bounded by it, not counted as perform counts them);
 - a kept-alive connection idle for POOLED_CONNECTION_MAX_IDLE_SECONDS is closed, not reused.
-What `perform` does and this does not: it never sends a request a second time. A try that a
-closing kept-alive connection cut short fails, and the delivery schedule tries it again.
+What `perform` does and this does not: send a request a second time (aiohttp's own resend of an
+idempotent request is turned off too). A try that a closing kept-alive connection cut short
+fails, and the delivery schedule tries it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import itertools
 import logging
 import os
@@ -41,13 +45,22 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import http_exceptions
 from django.conf import settings
+from django.db import connection
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
 from yarl import URL
 
-from execution.egress import EgressDenied, EgressPolicy, Target, client_host, parse_ip_literal, refused_header
+from execution.egress import (
+    EgressDenied,
+    EgressPolicy,
+    Target,
+    client_host,
+    default_port,
+    parse_ip_literal,
+    refused_header,
+)
 from execution.http import HttpRequest, describe_error, response_outcome, scrub, secret_values, wire_request
 from execution.outcomes import ErrorKind, Outcome
-from execution.transport import POOLED_CONNECTION_MAX_IDLE_SECONDS
+from execution.transport import POOLED_CONNECTION_MAX_IDLE_SECONDS, run_lookup, system_resolver
 
 logger = logging.getLogger(__name__)
 
@@ -58,23 +71,41 @@ Done = Callable[[Outcome], None]
 # kept-alive connections, the rest wait for one.
 CONNECTIONS_PER_TARGET = 64
 
+# How much longer than its longest deadline `perform_many` waits before it calls a request lost
+# (only a loop that stopped answering leaves one unanswered).
+LOOP_GRACE_SECONDS = 5.0
+
 # aiohttp's default, and the common servers' (nginx's large_client_header_buffers, Apache's
 # LimitRequestFieldSize): with RESPONSE_MAX_HEADERS of them, what a response's headers may hold.
 HEADER_LINE_MAX_BYTES = 8190
 
 
 class Sender:
-    """One asyncio loop in a daemon thread with one aiohttp session, started on first use in
-    the process that uses it (a forked worker starts its own)."""
+    """One asyncio loop in a daemon thread with aiohttp sessions, started on first use in the
+    process that uses it: a forked worker starts its own, and a loop thread that died is
+    replaced."""
 
     def __init__(self) -> None:
+        self._reset()
+        # The parent's sessions stay referenced, unused, in a child: dropped, each would log an
+        # "unclosed session" warning from the child.
+        self._orphans: list[object] = []
+        os.register_at_fork(after_in_child=self._after_fork)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._pid = 0
+        self._thread: threading.Thread | None = None
         # Written only on the loop's thread: a session per set of header bounds (settings a test
-        # may change), each with its own connections.
+        # may change), each with its own connections; the requests out (the loop keeps only
+        # weak references to its tasks).
         self._sessions: dict[tuple[int, int], aiohttp.ClientSession] = {}
+        self._tasks: set[asyncio.Task[Outcome]] = set()
         self._tls: ssl.SSLContext | None = None
+
+    def _after_fork(self) -> None:
+        self._orphans.append(self._sessions)
+        self._reset()
 
     def submit(self, requests: Sequence[tuple[HttpRequest, Done]], *, policy: EgressPolicy | None = None) -> None:
         """Send each request and call its `done` with the Outcome, on the loop's thread (so
@@ -83,7 +114,10 @@ class Sender:
             self._running_loop().call_soon_threadsafe(self._start, list(requests), policy)
 
     def perform_many(self, requests: Sequence[HttpRequest], *, policy: EgressPolicy | None = None) -> list[Outcome]:
-        """Send the requests at once and wait for every Outcome (from a plain thread)."""
+        """Send the requests at once and wait for every Outcome (from a plain thread, never
+        inside a database transaction: docs/architecture.md)."""
+        if connection.in_atomic_block:
+            raise RuntimeError("no HTTP request inside a database transaction (docs/architecture.md)")
         outcomes: list[Outcome | None] = [None] * len(requests)
         left = [len(requests)]
         finished = threading.Event()
@@ -101,23 +135,26 @@ class Sender:
 
         if requests:
             self.submit([(request, done_at(index)) for index, request in enumerate(requests)], policy=policy)
-            finished.wait()
+            # Each request ends by its own deadline; this bound only guards against a loop gone.
+            if not finished.wait(max(request.timeout_ms for request in requests) / 1000 + LOOP_GRACE_SECONDS):
+                lost = Outcome.failure(ErrorKind.INTERNAL_ERROR, "the HTTP sender's loop did not answer")
+                return [outcome or lost for outcome in outcomes]
         return outcomes  # type: ignore[return-value]  # every index is set before `finished`
-
-    # On the loop's thread.
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
-            if self._loop is None or self._pid != os.getpid():
+            if self._loop is None or self._thread is None or not self._thread.is_alive():
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="http-sender", daemon=True).start()
-                self._loop, self._pid, self._sessions = loop, os.getpid(), {}
+                thread = threading.Thread(target=loop.run_forever, name="http-sender", daemon=True)
+                thread.start()
+                self._loop, self._thread, self._sessions, self._tasks = loop, thread, {}, set()
                 atexit.register(self._close, loop)
             return self._loop
 
     def _close(self, loop: asyncio.AbstractEventLoop) -> None:
-        """At exit: the sessions' connections closed (quietly, within a second)."""
-        if self._loop is not loop or self._pid != os.getpid():
+        """At the exit of a process that used it (a command, the tests; a worker process ends
+        without exit handlers): the sessions' connections closed, within a second."""
+        if self._loop is not loop:
             return
 
         async def close() -> None:
@@ -129,10 +166,24 @@ class Sender:
         except Exception:  # exiting anyway
             pass
 
+    # On the loop's thread.
+
     def _start(self, requests: list[tuple[HttpRequest, Done]], policy: EgressPolicy | None) -> None:
         for request, done in requests:
             task = asyncio.ensure_future(self._perform(request, policy))
-            task.add_done_callback(lambda finished, done=done: _report(finished, done))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._report, done=done))
+
+    def _report(self, task: asyncio.Task[Outcome], *, done: Done) -> None:
+        self._tasks.discard(task)
+        try:
+            outcome = task.result()
+        except BaseException as exc:  # a bug, or the loop cancelling it: a failed request, not a lost one
+            outcome = Outcome.failure(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:1000])
+        try:
+            done(outcome)
+        except BaseException:  # the caller's bug: logged, and the loop goes on
+            logger.exception("the callback of a request failed")
 
     def _session(self) -> aiohttp.ClientSession:
         bounds = (settings.RESPONSE_MAX_HEADERS, settings.RESPONSE_MAX_HEADER_BYTES)
@@ -157,6 +208,11 @@ class Sender:
                 # wire_request's headers are all that is sent: none of aiohttp's defaults.
                 skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
             )
+            # aiohttp sends an idempotent request once more after a connection error, even on a
+            # new connection; perform's own rule (docs/security.md §3) is stricter, and here
+            # nothing is sent twice. (A private attribute of the pinned aiohttp: the test of it,
+            # tests/execution/test_aio_sender.py, fails should it change.)
+            session._retry_connection = False
             self._sessions[bounds] = session
         return session
 
@@ -190,7 +246,7 @@ class Sender:
                 path, _, query = wire.target.partition("?")
                 url = URL.build(
                     scheme=target.scheme,
-                    host=target.address,
+                    host=f"[{target.address}]" if ":" in target.address else target.address,
                     port=target.port,
                     path=path,
                     query_string=query,
@@ -208,10 +264,15 @@ class Sender:
                     snippet, truncated, consumed = await _read_capped(response)
                     if not consumed:
                         response.close()  # the rest is never read: the connection goes
+                    # One entry per name (its first spelling), in the order first seen, repeated
+                    # fields joined with ", ": as perform's.
                     fields = response.headers
+                    first: dict[str, str] = {}
+                    for name in fields:
+                        first.setdefault(name.lower(), name)
                     headers = {
                         name: ", ".join(fields.getall(name))
-                        for name in itertools.islice(dict.fromkeys(fields.keys()), settings.RESPONSE_MAX_HEADERS)
+                        for name in itertools.islice(first.values(), settings.RESPONSE_MAX_HEADERS)
                     }
                     return response_outcome(
                         status=response.status,
@@ -232,16 +293,42 @@ class Sender:
 
 
 async def _checked_target(url: str, policy: EgressPolicy) -> Target:
-    """`EgressPolicy.resolve` off the loop when the host is a name (a lookup blocks); an address
-    written in the URL is checked at once."""
+    """`EgressPolicy.resolve` with its lookup off the loop: a name is looked up by the
+    policy's resolver (the system's unless a test gives one) on a lookup thread of its own, so
+    a hung lookup holds that thread and this try (until its deadline), never the loop or
+    another try's lookup; the addresses found are then checked here. A URL naming an address,
+    or one the policy refuses as written, is decided at once."""
     parts = urlsplit(url)
     try:
-        literal = parse_ip_literal(client_host(url)) is not None
+        host = client_host(url)
+        port = parts.port or default_port(parts.scheme)
     except ValueError:
-        literal = True  # resolve() refuses it without a lookup
-    if literal or parts.scheme not in ("http", "https"):
+        return policy.resolve(url)  # refused as malformed, before any lookup
+    if not host or parse_ip_literal(host) is not None or parts.scheme not in ("http", "https"):
         return policy.resolve(url)
-    return await asyncio.get_running_loop().run_in_executor(None, policy.resolve, url)
+    loop = asyncio.get_running_loop()
+    found: asyncio.Future[list[str]] = loop.create_future()
+    resolver = policy.resolver or system_resolver
+
+    def lookup() -> None:
+        try:
+            result: list[str] | BaseException = list(resolver(host, port))
+        except BaseException as exc:  # handed to the try
+            result = exc
+        loop.call_soon_threadsafe(_settle, found, result)
+
+    run_lookup(lookup)
+    addresses = await found  # the try's deadline cancels the wait, never the lookup's thread
+    return policy.resolve(url, lookup=lambda _host, _port: addresses)
+
+
+def _settle(found: asyncio.Future[list[str]], result: list[str] | BaseException) -> None:
+    if found.done():  # the try ended at its deadline meanwhile
+        return
+    if isinstance(result, BaseException):
+        found.set_exception(result)
+    else:
+        found.set_result(result)
 
 
 async def _read_capped(response: aiohttp.ClientResponse) -> tuple[bytes, bool, bool]:
@@ -282,17 +369,6 @@ def _describe(exc: BaseException) -> tuple[str, str]:
             return ErrorKind.NETWORK_ERROR, f"the response has more than {settings.RESPONSE_MAX_HEADERS} headers"
         return ErrorKind.NETWORK_ERROR, "not an HTTP response"
     return describe_error(exc)  # OSError, TLS, a name that does not resolve, a bug
-
-
-def _report(task: asyncio.Future[Outcome], done: Done) -> None:
-    try:
-        outcome = task.result()
-    except BaseException as exc:  # a bug, or the loop cancelling it: a failed request, not a lost one
-        outcome = Outcome.failure(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:1000])
-    try:
-        done(outcome)
-    except Exception:
-        logger.exception("the callback of a request failed")
 
 
 _sender = Sender()

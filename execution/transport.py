@@ -181,6 +181,12 @@ class _LookupThreads:
 _lookup_threads = _LookupThreads()
 
 
+def run_lookup(job: Callable[[], None]) -> None:
+    """Run `job` (a name lookup) on an idle lookup thread or a new one: it never waits for
+    another lookup, and a hung one holds only its own thread (execution/aio.py)."""
+    _lookup_threads.run(job)
+
+
 def _within_deadline(resolver: Resolver) -> Resolver:
     """The resolver, abandoned (not awaited) when the attempt's deadline passes first: the C
     resolver cannot be interrupted, and a hung lookup must cost one attempt, not a worker

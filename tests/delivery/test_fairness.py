@@ -214,7 +214,33 @@ def test_a_try_that_raises_is_a_failed_try_and_the_next_one_goes_out(transaction
     failed = Notification.objects.get(pk=first.pk)
     assert (failed.state, failed.last_error) == (Notification.State.FAILED, "RuntimeError: a bug in the sender")
     assert Notification.objects.get(pk=second.pk).state == Notification.State.SUCCEEDED
-    assert deliverer.idle()
+    assert deliverer.idle() and deliverer._trying == 0 and not deliverer.sending_by_subscription
+
+
+def test_a_failed_hand_over_to_the_sender_is_a_failed_try_and_frees_its_place(transactional_db, world, monkeypatch):
+    """Whatever goes wrong between a claim and the sender, each try ends with a result and gives
+    its place back: none is lost, no place leaks."""
+
+    class Broken:
+        def submit(self, requests):
+            raise RuntimeError("the sender is gone")
+
+    with receiving() as receiver:
+        subscription = webhook(receiver.url("/ok"))
+        tries = [subscription_send_test(tenant_id="acme", subscription_id=subscription.pk) for _ in range(3)]
+        deliverer = Deliverer(concurrency=2, batch_size=3)
+        try:
+            monkeypatch.setattr(runner, "sender", lambda: Broken())
+            assert deliverer.step() == 3
+            wait_for(lambda: deliverer.results.qsize() == 3, timeout=5)
+            deliverer.record_ready()
+            assert deliverer.idle() and deliverer._trying == 0 and not deliverer.sending_by_subscription
+        finally:
+            deliverer.stop()
+    failed = Notification.objects.filter(pk__in=[t.pk for t in tries])
+    assert {(n.state, n.last_error) for n in failed} == {
+        (Notification.State.FAILED, "RuntimeError: the sender is gone")
+    }
 
 
 def test_a_claimed_try_that_could_not_end_within_its_lease_is_not_started(transactional_db, world, monkeypatch):

@@ -8,11 +8,19 @@ addresses outside loopback are only ever decided, never connected to.
 
 from __future__ import annotations
 
+import datetime
+import socket
+import ssl
 import threading
 import time
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
+from execution import aio
 from execution.aio import sender
 from execution.http import HttpRequest, perform
 from execution.outcomes import ErrorKind
@@ -27,6 +35,8 @@ from tests.support.listeners import (
     header_drip,
     listening,
     many_headers,
+    parse_head,
+    read_head,
     redirect_to,
     reset,
     respond,
@@ -159,13 +169,162 @@ def test_secret_values_echoed_by_the_target_are_scrubbed():
     assert theirs.headers["Set-Cookie"] == ours.headers["Set-Cookie"] != "s=1"
 
 
-def test_tls_verifies_the_urls_name_on_the_checked_address(tls_server):  # noqa: F811
+def test_tls_refuses_a_certificate_no_trusted_authority_signed(tls_server):  # noqa: F811
     port, names = tls_server
     policy = policy_resolving({"secure.example.test": ["127.0.0.1"]})
     ours, theirs = both(get(f"https://secure.example.test:{port}/"), policy=policy)
     assert names == ["secure.example.test"] * 2
     assert theirs.error_kind == ours.error_kind == ErrorKind.TLS_ERROR
     assert theirs.error_message.startswith("certificate verify failed")
+
+
+@pytest.fixture
+def trusted_tls(tmp_path, monkeypatch):
+    """A TLS server on 127.0.0.1 whose certificate, for good.example.test, a certificate
+    authority signed that a fresh Sender trusts (its bundle: that authority alone). Answers
+    every request 200 with the Host it got; counts its connections."""
+    now = datetime.datetime.now(datetime.UTC)
+    authority_key = ec.generate_private_key(ec.SECP256R1())
+    authority_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test authority")])
+    authority = (
+        x509.CertificateBuilder()
+        .subject_name(authority_name)
+        .issuer_name(authority_name)
+        .public_key(authority_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(authority_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "good.example.test")]))
+        .issuer_name(authority_name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("good.example.test")]), critical=False)
+        .sign(authority_key, hashes.SHA256())
+    )
+    (tmp_path / "authority.pem").write_bytes(authority.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+
+    connections = [0]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    sock.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve_one(conn):  # keeps the connection for the next request, as receivers do
+        try:
+            with context.wrap_socket(conn, server_side=True) as tls:
+                while head := read_head(tls):
+                    host = parse_head(head)[1].get("Host", "")
+                    body = f"host={host}".encode()
+                    tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        except (OSError, ssl.SSLError):
+            pass
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            connections[0] += 1
+            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    monkeypatch.setattr(aio, "DEFAULT_CA_BUNDLE_PATH", str(tmp_path / "authority.pem"))
+    yield aio.Sender(), sock.getsockname()[1], connections
+    stop.set()
+    sock.close()
+
+
+def test_tls_verifies_the_urls_name_not_only_the_chain(trusted_tls):
+    """Both names lead to the same address; only the certificate's own name passes, and the
+    kept-alive connection verified for one name is never used for the other."""
+    fresh, port, connections = trusted_tls
+    policy = policy_resolving({"good.example.test": ["127.0.0.1"], "bad.example.test": ["127.0.0.1"]})
+    good = fresh.perform_many([get(f"https://good.example.test:{port}/")], policy=policy)[0]
+    bad = fresh.perform_many([get(f"https://bad.example.test:{port}/")], policy=policy)[0]
+    again = fresh.perform_many([get(f"https://good.example.test:{port}/")], policy=policy)[0]
+    assert (good.succeeded, good.body_snippet) == (True, f"host=good.example.test:{port}")
+    assert bad.error_kind == ErrorKind.TLS_ERROR
+    assert bad.error_message.startswith("certificate verify failed: Hostname mismatch")
+    assert again.succeeded
+    assert connections[0] == 2  # good's, kept and used again; bad's, refused
+
+
+def test_a_name_is_looked_up_by_the_system_resolver_under_the_settings_policy():
+    """No test resolver: `localhost`, resolved by the system, checked, and connected to."""
+    with listening("127.0.0.1", respond()) as server:
+        ours, theirs = both(get(f"http://localhost:{server.port}/"))
+    assert described(theirs) == described(ours) == (True, 200, None, None)
+    assert f"Host: localhost:{server.port}\r\n".encode() in server.received[1]
+
+
+def test_an_ipv6_address_is_connected_to(settings):
+    settings.EGRESS_ALLOWLIST = ["127.0.0.0/8", "::1/128"]
+    with listening("::1", respond()) as server:
+        literal = both(get(f"http://[::1]:{server.port}/"))
+        named = both(
+            get(f"http://six.example.test:{server.port}/"), policy=policy_resolving({"six.example.test": ["::1"]})
+        )
+    assert [described(o) for o in (*literal, *named)] == [(True, 200, None, None)] * 4
+
+
+def test_a_hung_lookup_never_holds_up_another_tries_lookup():
+    """Eight tries whose names never resolve (each abandoned at its deadline, its lookup still
+    hanging), then one whose name resolves at once: it is not kept waiting for a lookup thread."""
+    release = threading.Event()
+
+    def resolver(host, port):
+        if host.startswith("hung"):
+            release.wait(10)
+        return ["127.0.0.1"]
+
+    policy = policy_resolving({})
+    policy.resolver = resolver
+    try:
+        with listening("127.0.0.1", respond()) as server:
+            hung = sender().perform_many(
+                [get(f"http://hung{i}.example.test:{server.port}/", timeout_ms=300) for i in range(8)], policy=policy
+            )
+            started = time.monotonic()
+            quick = send(get(f"http://quick.example.test:{server.port}/", timeout_ms=2000), policy=policy)
+            elapsed = time.monotonic() - started
+    finally:
+        release.set()
+    assert {o.error_kind for o in hung} == {ErrorKind.TIMEOUT}
+    assert quick.succeeded, quick.error_message
+    assert elapsed < 1.5
+
+
+def test_nothing_is_sent_twice_not_even_an_idempotent_request():
+    """aiohttp itself would send a GET or PUT again after a reset; perform's rule sends it again
+    only on a reused connection, so on a fresh one neither does."""
+    for method in ("GET", "PUT"):
+        with listening("127.0.0.1", reset) as server:
+            ours, theirs = both(get(server.url(), method=method))
+            assert described(theirs) == described(ours) == (False, None, ErrorKind.NETWORK_ERROR, "connection reset")
+            assert server.connections == 2, method  # one each
+
+
+def test_no_request_inside_a_database_transaction(transactional_db):
+    from django.db import transaction
+
+    with transaction.atomic(), pytest.raises(RuntimeError, match="transaction"):
+        send(get("http://127.0.0.1:9/"))
 
 
 # --- Bounds: one deadline, counted headers, a capped body -----------------------------------
