@@ -229,7 +229,9 @@ def _lookup_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "egress-resolve"]
 
 
-def test_name_lookups_reuse_an_idle_thread():
+def test_name_lookups_reuse_an_idle_thread(monkeypatch):
+    # A pool of its own: idle threads other tests left would take the lookups in turn.
+    monkeypatch.setattr(transport, "_lookup_threads", transport._LookupThreads())
     resolved_on: list[int] = []
 
     def resolver(host, port):
