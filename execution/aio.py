@@ -56,9 +56,16 @@ from execution.egress import (
     client_host,
     default_port,
     parse_ip_literal,
-    refused_header,
 )
-from execution.http import HttpRequest, describe_error, response_outcome, scrub, secret_values, wire_request
+from execution.http import (
+    HttpRequest,
+    describe_error,
+    header_refusal,
+    response_outcome,
+    scrub,
+    secret_values,
+    wire_request,
+)
 from execution.outcomes import ErrorKind, Outcome
 from execution.transport import POOLED_CONNECTION_MAX_IDLE_SECONDS, run_lookup, system_resolver
 
@@ -234,9 +241,9 @@ class Sender:
         def failure(kind: str, message: str) -> Outcome:
             return Outcome.failure(kind, scrub(message, secrets), latency_ms=latency())
 
-        refused = [name for name in request.headers if refused_header(name)]
-        if refused:
-            return failure(ErrorKind.EGRESS_DENIED, f"the header {refused[0]!r} is set by the agent and refused")
+        refusal = header_refusal(request.headers)
+        if refusal:
+            return failure(ErrorKind.EGRESS_DENIED, refusal)
         try:
             async with asyncio.timeout(request.timeout_ms / 1000):
                 wire = wire_request(request=request)

@@ -306,9 +306,9 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     def timed_out() -> Outcome:
         return failure(ErrorKind.TIMEOUT, f"no complete response within {request.timeout_ms} ms")
 
-    refused = [name for name in request.headers if refused_header(name)]
-    if refused:
-        return failure(ErrorKind.EGRESS_DENIED, f"the header {refused[0]!r} is set by the agent and refused")
+    refusal = header_refusal(request.headers)
+    if refusal:
+        return failure(ErrorKind.EGRESS_DENIED, refusal)
 
     sockets = begin_attempt(policy=policy, deadline=deadline)
     expired = threading.Event()
@@ -362,6 +362,13 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         secrets=secrets,
         latency_ms=latency(),
     )
+
+
+def header_refusal(headers: dict[str, Any]) -> str | None:
+    """Why a request is refused before anything is sent (a header the agent sets itself, or a
+    hop-by-hop one: egress.refused_header), or None."""
+    refused = next((name for name in headers if refused_header(name)), None)
+    return None if refused is None else f"the header {refused!r} is set by the agent and refused"
 
 
 def response_outcome(

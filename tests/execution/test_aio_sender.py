@@ -80,15 +80,11 @@ def test_a_non_2xx_response_is_an_http_error_with_its_status():
 
 
 def test_the_request_on_the_wire_is_perform_s_with_the_name_in_host_and_the_checked_address_connected():
-    body = '{"a":1}'
-    request = get("http://hooks.example.test:{port}/in?x=1", method="POST", body=body)
     with listening("127.0.0.1", respond()) as server:
         policy = policy_resolving({"hooks.example.test": ["127.0.0.1"]})
-        url = request.url.format(port=server.port)
-        wire = HttpRequest(
-            method="POST", url=url, headers={"Content-Type": "application/json"}, body=body, timeout_ms=3000
-        )
-        ours, theirs = both(wire, policy=policy)
+        url = f"http://hooks.example.test:{server.port}/in?x=1"
+        post = get(url, method="POST", headers={"Content-Type": "application/json"}, body='{"a":1}')
+        ours, theirs = both(post, policy=policy)
         assert ours.succeeded and theirs.succeeded
         first, second = server.received
     assert second.startswith(b"POST /in?x=1 HTTP/1.1\r\n")
