@@ -297,6 +297,7 @@ class NotificationAdmin(ReadOnlyAdmin):
         "next_attempt_at",
         "manual",
         "locked_until",
+        "claimed_by",
         "delivered_at",
         "last_error",
         "created_at",

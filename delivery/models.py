@@ -87,8 +87,11 @@ class Notification(models.Model):
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     # The next try was asked for by an operator (resend, test): its attempt says "manual".
     manual = models.BooleanField(default=False)
-    # A delivery loop's claim (lease), as the outbox dispatcher's.
+    # A delivery loop's claim (lease), as the outbox dispatcher's, and the worker session that
+    # holds it ("": none, or a claim made outside a worker): the watchdog gives back the claims
+    # of a session found dead rather than leave them to the lease (docs/events.md).
     locked_until = models.DateTimeField(null=True, blank=True)
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
     last_error = models.TextField(blank=True, default="")
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -123,6 +126,12 @@ class Notification(models.Model):
                 fields=["subscription", "aggregate_id", "event_seq"],
                 condition=_OPEN,
                 name="event_notifications_open",
+            ),
+            # The watchdog: the claims held now, by session (a few hundred rows at most).
+            models.Index(
+                fields=["claimed_by"],
+                condition=Q(locked_until__isnull=False),
+                name="event_notifications_claimed",
             ),
             # A call's events with their deliveries (API detail, details page).
             models.Index(fields=["tenant_id", "aggregate_id"], name="event_notifications_call"),

@@ -24,6 +24,7 @@ from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
 from delivery.senders import send, send_nats_many, webhook_request, webhook_result
 from delivery.services import (
+    CLAIM_AHEAD,
     ClaimedNotification,
     SendResult,
     longest_try_ms,
@@ -52,12 +53,18 @@ class Deliverer:
     comes back by callback: no thread waits for it. A claim's NATS notifications are one
     publish batch, which a thread of its own waits for (delivery/senders.py).
 
-    It claims ahead of its tries: up to twice `concurrency` notifications (and twice
-    `per_subscription` of one subscription) are claimed and not yet recorded, so a try that
-    comes back starts the next one at once rather than wait for the loop's next write, which
-    during a burst waits its turn behind the calls' and the dispatcher's writes. What is out at
-    once stays bounded: `concurrency` tries, `per_subscription` of one subscription (a slow or
-    dead receiver holds that many, never all of them)."""
+    It claims ahead of its tries: up to CLAIM_AHEAD times `concurrency` notifications (and
+    CLAIM_AHEAD times `per_subscription` of one subscription) are claimed and not yet recorded,
+    so a try that comes back starts the next one at once rather than wait for the loop's next
+    write, which during a burst waits its turn behind the calls' and the dispatcher's writes.
+    What is out at once stays bounded: `concurrency` tries, `per_subscription` of one
+    subscription (a slow or dead receiver holds that many, never all of them).
+
+    `session` names the worker session it claims for (the watchdog gives back a dead session's
+    claims, delivery.services.notifications_release_dead_claims), or None while the process
+    cannot be sure it is still alive (its heartbeat late): then it neither claims nor starts a
+    try, and a try claimed under a session that is no longer its own is never started (the
+    watchdog gave it back)."""
 
     def __init__(
         self,
@@ -67,18 +74,20 @@ class Deliverer:
         per_subscription: int | None = None,
         write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
         may_claim: Callable[[], bool] | None = None,
+        session: Callable[[], str | None] = lambda: "",
     ) -> None:
         self.concurrency = concurrency
         # Asked before each claim: False leaves the due notifications to the other loops for now
         # (the engine's way of putting its own work first); results are still recorded.
         self.may_claim = may_claim or (lambda: True)
+        self.session = session
         self.batch_size = batch_size
         self.write_guard = write_guard
         self.results: queue.Queue[tuple[ClaimedNotification, SendResult]] = queue.Queue()
         self.per_subscription = per_subscription
-        self._claim_cap = None if per_subscription is None else 2 * per_subscription
-        # Claimed and not recorded yet (waiting for a thread, being tried, or back and waiting
-        # to be recorded): at most twice the threads, and per subscription twice its share.
+        self._claim_cap = None if per_subscription is None else CLAIM_AHEAD * per_subscription
+        # Claimed and not recorded yet (waiting to start, being tried, or back and waiting to be
+        # recorded): at most CLAIM_AHEAD times `concurrency`, and per subscription its share.
         self.in_flight = 0
         self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
         self._lock = threading.Lock()
@@ -97,17 +106,18 @@ class Deliverer:
         """Record what came back and claim what is due and fits, in one write transaction, then
         hand the claimed to the threads; returns how many notifications it moved (0: idle)."""
         # Asked before the results are taken: a failing look (the database gone) loses none.
-        claim = self.may_claim() and notifications_due_exist()
+        session = self.session()
+        claim = session is not None and self.may_claim() and notifications_due_exist()
         ready = self._take_ready()
         with self._lock:
-            room = 2 * self.concurrency - self.in_flight + len(ready)  # the recorded make room
+            room = CLAIM_AHEAD * self.concurrency - self.in_flight + len(ready)  # the recorded make room
             busy = Counter(self.in_flight_by_subscription)
         busy.subtract(n.subscription_id for n, _ in ready)
         limit = min(room, self.batch_size) if claim and room > 0 else 0
         claimed: list[ClaimedNotification] = []
         try:
             if ready or limit:
-                claimed = self._write(ready, limit=limit, busy=+busy)
+                claimed = self._write(ready, limit=limit, busy=+busy, session=session or "")
         finally:
             self._release(ready)
         if claimed:
@@ -118,19 +128,21 @@ class Deliverer:
                 self.in_flight += len(claimed)
                 self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
                 self._waiting.extend([nats, *tries] if nats else tries)
+        if self._waiting:  # claimed now, or left waiting while the session was unsure
             self._start_tries()
         return len(ready) + len(claimed)
 
-    def _next_try(self) -> list[ClaimedNotification] | None:
+    def _next_try(self, session: str) -> list[ClaimedNotification] | None:
         """The first waiting try whose subscriptions have a thread to spare (lock held). A try
-        that could no longer finish within its lease is dropped: another loop may claim it once
-        the lease ends, and two sends of it (the later one after the call's next event) are what
-        the lease is there to prevent; it is due again when its lease ends."""
+        that could no longer finish within its lease, or claimed under another session than
+        `session` (the watchdog found that one dead and gave its claims back), is dropped:
+        another loop may claim it, and two sends of it (the later one after the call's next
+        event) are what the lease is there to prevent; it is due again when its lease ends."""
         latest_start = utcnow() + timedelta(milliseconds=longest_try_ms())
         stale: list[int] = []
         found: int | None = None
         for index, batch in enumerate(self._waiting):
-            if any(n.lease_until <= latest_start for n in batch):
+            if any(n.lease_until <= latest_start or n.claimed_by != session for n in batch):
                 stale.append(index)
             elif self.per_subscription is None or all(
                 self.sending_by_subscription[sub] < self.per_subscription for sub in {n.subscription_id for n in batch}
@@ -145,9 +157,11 @@ class Deliverer:
         return taken
 
     def _drop(self, batch: list[ClaimedNotification]) -> None:
-        """A claimed try left to its lease, untried (lock held)."""
+        """A claimed try left to its lease (or to the loop that has it now), untried (lock held)."""
         logger.warning(
-            "%d delivery tries waited too long for a thread; they are tried again after their lease", len(batch)
+            "%d delivery tries waited too long to start, or were claimed under a session found dead since; "
+            "they are tried again after their lease",
+            len(batch),
         )
         self.in_flight -= len(batch)
         self.in_flight_by_subscription.subtract(n.subscription_id for n in batch)
@@ -158,10 +172,13 @@ class Deliverer:
         subscriptions' share, in claim order. Called after a claim and whenever a try comes
         back."""
         while True:
+            session = self.session()
+            if session is None:  # the heartbeat is late: the claims may be given back any moment
+                return
             with self._lock:
                 batches = []
                 while not self._stopping and self._trying < self.concurrency:
-                    batch = self._next_try()
+                    batch = self._next_try(session)
                     if batch is None:
                         break
                     self._trying += 1
@@ -272,7 +289,7 @@ class Deliverer:
         ready = self._take_ready()
         try:
             if ready:
-                self._write(ready, limit=0, busy=Counter())
+                self._write(ready, limit=0, busy=Counter(), session="")
         finally:
             self._release(ready)
         return len(ready)
@@ -294,7 +311,12 @@ class Deliverer:
             self.in_flight_by_subscription += Counter()  # drop the zeros
 
     def _write(
-        self, ready: list[tuple[ClaimedNotification, SendResult]], *, limit: int, busy: Counter[uuid.UUID]
+        self,
+        ready: list[tuple[ClaimedNotification, SendResult]],
+        *,
+        limit: int,
+        busy: Counter[uuid.UUID],
+        session: str,
     ) -> list[ClaimedNotification]:
         """Record `ready` and claim up to `limit` in one write transaction: every write a
         transaction, its turn and SQLite's lock, is paid once for both (a busy loop recorded and
@@ -302,15 +324,20 @@ class Deliverer:
         their own, before the failure goes up: an unrecorded try would be sent again after its
         lease."""
         try:
-            return self._write_once(ready, limit=limit, busy=busy)
+            return self._write_once(ready, limit=limit, busy=busy, session=session)
         except Exception:
             if not (ready and limit):
                 raise
-            self._write_once(ready, limit=0, busy=busy)
+            self._write_once(ready, limit=0, busy=busy, session=session)
             raise
 
     def _write_once(
-        self, ready: list[tuple[ClaimedNotification, SendResult]], *, limit: int, busy: Counter[uuid.UUID]
+        self,
+        ready: list[tuple[ClaimedNotification, SendResult]],
+        *,
+        limit: int,
+        busy: Counter[uuid.UUID],
+        session: str,
     ) -> list[ClaimedNotification]:
         """`_write`'s transaction, tried again after a transient failure (a deadlock another
         cluster's transaction broke, a busy database)."""
@@ -320,7 +347,9 @@ class Deliverer:
                     notifications_record(results=ready)
                     if not limit:
                         return []
-                    return notifications_claim(limit=limit, in_flight=busy, per_subscription=self._claim_cap)
+                    return notifications_claim(
+                        limit=limit, in_flight=busy, per_subscription=self._claim_cap, claimed_by=session
+                    )
             except DatabaseError:
                 if attempt == RECORD_TRIES - 1:
                     raise

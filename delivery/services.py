@@ -38,13 +38,19 @@ def longest_try_ms() -> int:
     return max(settings.WEBHOOK_TIMEOUT_MS, 2 * settings.NATS_PUBLISH_TIMEOUT_MS)
 
 
+# A delivery loop claims up to this many times as many notifications as it has tries out at
+# once (delivery/runner.py): a try that comes back starts the next claimed one at once.
+CLAIM_AHEAD = 4
+
+
 def lease_length() -> timedelta:
     """How long a claim holds a notification: LEASE, or longer where the timeouts ask for it. A
-    loop claims ahead of its threads (delivery/runner.py), so a claimed try may wait for a try
+    loop claims ahead of its tries (CLAIM_AHEAD), so a claimed try may wait for that many tries
     of its subscription before it starts, then last its own: the lease covers that with room,
     and a try that waited longer is not started (another loop may claim it once the lease
-    ends, and must not find it out twice)."""
-    return max(LEASE, timedelta(milliseconds=3 * longest_try_ms()))
+    ends, and must not find it out twice). A worker found dead gives its claims back sooner
+    (notifications_release_dead_claims)."""
+    return max(LEASE, timedelta(milliseconds=(CLAIM_AHEAD + 1) * longest_try_ms()))
 
 
 # The previous secret keeps signing this long after a rotation (receivers roll their config).
@@ -411,6 +417,7 @@ class ClaimedNotification:
     manual: bool
     event_created_at: datetime
     lease_until: datetime  # no other loop claims it before; a try must be over by then
+    claimed_by: str = ""  # the worker session whose claim it is ("": none)
 
     @property
     def subscription_id(self) -> uuid.UUID:
@@ -423,8 +430,10 @@ def notifications_claim(
     now: datetime | None = None,
     in_flight: Mapping[uuid.UUID, int] | None = None,
     per_subscription: int | None = None,
+    claimed_by: str = "",
 ) -> list[ClaimedNotification]:
-    """Claim due notifications of enabled subscriptions, at most `limit`.
+    """Claim due notifications of enabled subscriptions, at most `limit`, for the worker
+    session `claimed_by` (whose claims the watchdog gives back should it die).
 
     Only the head of each (subscription, call) queue can be due: a notification with an earlier
     open one of the same call and subscription is never considered, so a later event waits
@@ -460,7 +469,7 @@ def notifications_claim(
         if not chosen:
             return []
         lease_until = now + lease_length()
-        rows = _leased(chosen, lease=lease_until)
+        rows = _leased(chosen, lease=lease_until, claimed_by=claimed_by)
         subscriptions = {
             row.pk: row for row in rows_by_key(Subscription, keys=sorted({subscription_ids[row[1]] for row in rows}))
         }
@@ -475,6 +484,7 @@ def notifications_claim(
             manual=bool(manual),
             event_created_at=db_datetime(event_created_at),
             lease_until=lease_until,
+            claimed_by=claimed_by,
         )
         for pk, subscription_id, payload, attempts, step, manual, event_created_at in rows
     }
@@ -482,16 +492,16 @@ def notifications_claim(
     return [claimed[pk] for pk in chosen]
 
 
-def _leased(keys: list[Any], *, lease: datetime) -> list[tuple[Any, ...]]:
-    """Lease `keys` until `lease`, with the next try at its end: a claimed notification leaves
+def _leased(keys: list[Any], *, lease: datetime, claimed_by: str) -> list[tuple[Any, ...]]:
+    """Lease `keys` until `lease` to `claimed_by`, with the next try at its end: a claimed notification leaves
     the due range of the index, so the next claims do not walk over the tries in flight (if
     this one never comes back, it is due again when its lease ends). Returns what a try and its
     recording read of each (delivery/senders.py, notifications_record), in one statement where
     the database can (core.db.sql_update_returning)."""
     return sql_update_returning(
         Notification,
-        assign="{t.locked_until} = %s, {t.next_attempt_at} = %s",
-        params=[lease, lease],
+        assign="{t.locked_until} = %s, {t.next_attempt_at} = %s, {t.claimed_by} = %s",
+        params=[lease, lease, claimed_by],
         keys=keys,
         returning="{t.notification_id}, {t.subscription}, {t.envelope}, {t.attempts}, {t.step}, {t.manual}, "
         "{t.event_created_at}",
@@ -575,16 +585,21 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
     with transaction.atomic(savepoint=False):
         # A subscription deleted while its try was out took its notifications along: nothing to
         # record for those (and an attempt row pointing at them would fail the whole batch).
+        # Nor for a claim the watchdog gave back meanwhile (its session was declared dead): the
+        # notification is another loop's now, or due again (notifications_release_dead_claims).
         marks = ", ".join(["%s"] * len(results))
-        existing = {
-            db_uuid(pk)
-            for (pk,) in sql_query(
-                f"SELECT {{n.notification_id}} FROM {{n}} WHERE {{n.notification_id}} IN ({marks})",
+        holder = {
+            db_uuid(pk): claimed_by
+            for pk, claimed_by in sql_query(
+                f"SELECT {{n.notification_id}}, {{n.claimed_by}} FROM {{n}} WHERE {{n.notification_id}} IN ({marks})",
                 [n.pk for n, _ in results],
                 n=Notification,
             )
         }
-        results = [(n, result) for n, result in results if n.pk in existing]
+        given_back = sum(1 for n, _ in results if n.pk in holder and holder[n.pk] != n.claimed_by)
+        if given_back:
+            logger.warning("%d delivery tries came back after their claims were given back; not recorded", given_back)
+        results = [(n, result) for n, result in results if holder.get(n.pk) == n.claimed_by]
         attempts = []
         succeeded: dict[int, list[uuid.UUID]] = {}  # by attempt count: one statement for each
         outcome_by_subscription: dict[uuid.UUID, list[SendResult]] = {}
@@ -606,7 +621,13 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
             if result.succeeded:
                 succeeded.setdefault(n, []).append(notification.pk)
             else:
-                changes: dict[str, Any] = {"attempts": n, "manual": False, "locked_until": None, "updated_at": now}
+                changes: dict[str, Any] = {
+                    "attempts": n,
+                    "manual": False,
+                    "locked_until": None,
+                    "claimed_by": "",
+                    "updated_at": now,
+                }
                 step = notification.step + 1
                 delay = retry_delay(step=step, retry_after=result.retry_after)
                 changes.update(step=step, last_error=result.error[:1000])
@@ -619,6 +640,7 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
         for n, keys in succeeded.items():
             sql_query(
                 "UPDATE {n} SET {n.state} = %s, {n.attempts} = %s, {n.manual} = %s, {n.locked_until} = NULL, "
+                "{n.claimed_by} = '', "
                 "{n.next_attempt_at} = NULL, {n.last_error} = '', {n.updated_at} = %s, {n.delivered_at} = %s "
                 f"WHERE {{n.notification_id}} IN ({', '.join(['%s'] * len(keys))})",
                 [Notification.State.SUCCEEDED.value, n, False, now, now, *keys],
@@ -674,5 +696,30 @@ def notifications_release(*, notifications: Sequence[ClaimedNotification | Notif
     """Give back claims that were not tried (the loop is stopping): due again at once."""
     # Only rows still open: one finished meanwhile must not be reopened.
     Notification.objects.filter(pk__in=[n.pk for n in notifications], next_attempt_at__isnull=False).update(
-        locked_until=None, next_attempt_at=utcnow()
+        locked_until=None, claimed_by="", next_attempt_at=utcnow()
+    )
+
+
+def notifications_release_dead_claims(*, live_sessions: Iterable[str], looked_at: datetime) -> int:
+    """Give back the claims of worker sessions that were not in `live_sessions` at `looked_at`
+    (killed, or stalled until the watchdog declared them dead): due again at once, rather than
+    at the end of their lease. Claims made after `looked_at` (by a session started since) are
+    not judged; claims made outside a worker ("") keep their lease. Returns how many.
+
+    Such a try may have been sent: sending it again is the at-least-once the lease gives too,
+    only sooner, and the receiver de-duplicates it by the event id. It never changes the order
+    a receiver sees after de-duplication: the call's next event is claimed only once this one
+    is recorded, so its first arrival is always before the next event's. A session declared
+    dead while it still runs starts none of the tries it had claimed and not started
+    (delivery.runner.Deliverer, `session`)."""
+    now = utcnow()
+    return (
+        Notification.objects.filter(
+            locked_until__gt=looked_at,
+            locked_until__lte=looked_at + lease_length(),  # claimed at `looked_at` or before
+            next_attempt_at__isnull=False,
+        )
+        .exclude(claimed_by="")
+        .exclude(claimed_by__in=list(live_sessions))
+        .update(locked_until=None, claimed_by="", next_attempt_at=now, updated_at=now)
     )

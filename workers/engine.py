@@ -548,6 +548,7 @@ class Engine:
             per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
             write_guard=self.gate.slot,
             may_claim=self._may_deliver,
+            session=self.keeper.surely_alive,
         )
         try:
             while not self.stop_event.is_set():

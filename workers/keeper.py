@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.conf import settings
 from django.db import close_old_connections, connection
@@ -16,6 +17,7 @@ logger = logging.getLogger("serviceagent.engine")
 class SessionKeeper:
     def __init__(self) -> None:
         self.session_id = session_start().id
+        self._beaten_at = time.monotonic()  # the last heartbeat written (or the start)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="session-heartbeat", daemon=True)
         self._thread.start()
@@ -28,10 +30,20 @@ class SessionKeeper:
                     # interrupted by a watchdog; carry on under a new session.
                     logger.error("worker session %s was declared dead; starting a new one", self.session_id)
                     self.session_id = session_start().id
+                self._beaten_at = time.monotonic()
             except Exception:
                 logger.exception("heartbeat failed")
                 close_old_connections()
         connection.close()
+
+    def surely_alive(self) -> str | None:
+        """The session, while no watchdog can have declared it dead: its last heartbeat is less
+        than half of WORKER_STALE_SECONDS old (a watchdog waits for all of it). None otherwise:
+        work whose claims the watchdog gives back with a dead session's (event deliveries)
+        must not start now."""
+        if time.monotonic() - self._beaten_at < settings.WORKER_STALE_SECONDS / 2:
+            return self.session_id
+        return None
 
     def close(self, error: BaseException | None = None) -> None:
         self._stop.set()

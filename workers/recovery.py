@@ -5,7 +5,8 @@
 - a Running call without any attempt was never sent: it is executed normally;
 - a Running call whose attempt finished (the worker died before recording the call) is
   finished with the outcome the attempt log recorded;
-- a Scheduled call long overdue without a pending timer gets its timer again.
+- a Scheduled call long overdue without a pending timer gets its timer again;
+- an event delivery claimed by a dead worker is due again at once (docs/events.md).
 Attempts are the call's current one: an earlier attempt of a retried call is history.
 """
 
@@ -18,6 +19,7 @@ from datetime import timedelta
 from django.conf import settings
 
 from core.ids import utcnow
+from delivery.services import notifications_release_dead_claims
 from execution.models import HttpExecution
 from execution.outcomes import Outcome
 from execution.selectors import attempts_by_call, attempts_sending
@@ -46,6 +48,10 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
     sessions_mark_stale(now=now)
     live = live_session_ids()
     grace = timedelta(milliseconds=settings.WATCHDOG_GRACE_MS)
+    # A dead session's event deliveries: due again now, not at the end of their lease.
+    released = notifications_release_dead_claims(live_sessions=live, looked_at=now)
+    if released:
+        logger.warning("gave back %d event deliveries claimed by dead workers", released)
 
     orphaned = [
         attempt

@@ -18,6 +18,7 @@ from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.selectors import OPEN_STATES, notifications_due_exist
 from delivery.services import (
+    CLAIM_AHEAD,
     LEASE,
     SendResult,
     _due_rows,
@@ -167,7 +168,7 @@ def test_the_claim_leases_the_chosen_rows_and_reads_each_as_stored(db, mixed, da
     want = [pk for pk, _ in orm_due_keys(now=now, excluded=[], limit=5)]
     before = {n.pk: (n.locked_until, n.next_attempt_at) for n in Notification.objects.all()}
 
-    claimed = notifications_claim(limit=5, now=now)
+    claimed = notifications_claim(limit=5, now=now, claimed_by="worker-1")
 
     assert [n.pk for n in claimed] == want
     for item in claimed:
@@ -181,7 +182,8 @@ def test_the_claim_leases_the_chosen_rows_and_reads_each_as_stored(db, mixed, da
         )
         assert item.subscription == row.subscription and item.subscription.url == row.subscription.url
         assert item.subscription_id == row.subscription_id
-        assert row.locked_until == row.next_attempt_at == now + LEASE
+        assert row.locked_until == row.next_attempt_at == item.lease_until == now + lease_length()
+        assert row.claimed_by == item.claimed_by == "worker-1"
     assert sum(item.manual for item in claimed) == 3
     untouched = {n.pk: (n.locked_until, n.next_attempt_at) for n in Notification.objects.exclude(pk__in=want)}
     assert untouched == {pk: times for pk, times in before.items() if pk not in want}
@@ -249,15 +251,17 @@ def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
     assert failing.failing_since is not None and failing.last_success_at is None
 
 
-def test_the_lease_outlasts_a_wait_behind_one_try_and_a_try_of_its_own(db, mixed, settings):
-    """Claimed ahead, a try may wait for one try of its subscription, then last its timeout:
-    the lease covers both with room, whatever the timeouts are set to."""
+def test_the_lease_outlasts_a_wait_behind_the_tries_ahead_and_a_try_of_its_own(db, mixed, settings):
+    """Claimed ahead, a try may wait for CLAIM_AHEAD - 1 tries of its subscription, then last
+    its timeout: the lease covers them with one more try's room, whatever the timeouts are."""
     hooks, now = mixed
-    assert lease_length() == LEASE  # the defaults: 15 s webhooks, 5 s NATS
-    settings.WEBHOOK_TIMEOUT_MS = 60_000
-    assert lease_length() == timedelta(seconds=180)
+    assert CLAIM_AHEAD == 4
+    settings.WEBHOOK_TIMEOUT_MS, settings.NATS_PUBLISH_TIMEOUT_MS = 10_000, 5_000
+    assert lease_length() == LEASE  # 5 × 10 s is less than the least lease
+    settings.WEBHOOK_TIMEOUT_MS = 15_000  # the default
+    assert lease_length() == timedelta(seconds=75)
     settings.WEBHOOK_TIMEOUT_MS, settings.NATS_PUBLISH_TIMEOUT_MS = 1_000, 40_000
-    assert lease_length() == timedelta(seconds=240)
+    assert lease_length() == timedelta(seconds=400)
     [claimed] = notifications_claim(limit=1, now=now)
     row = Notification.objects.get(pk=claimed.pk)
-    assert row.locked_until == row.next_attempt_at == now + timedelta(seconds=240)
+    assert row.locked_until == row.next_attempt_at == now + timedelta(seconds=400)

@@ -85,3 +85,27 @@ def test_a_stuck_attempt_past_timeout_and_grace_is_interrupted_even_if_its_worke
     recovery.sweep(worker_id="me", execute=lambda _: None)
     call.refresh_from_db()
     assert (call.status, call.error_kind) == ("Failed", "Interrupted")
+
+
+def test_the_event_deliveries_claimed_by_a_dead_worker_are_due_again_at_once(world):
+    """Not at the end of their lease (docs/events.md, "The guarantees"); a live worker's claims
+    are left to it."""
+    from delivery.models import Notification
+    from delivery.services import notifications_claim, subscription_create, subscription_send_test
+    from delivery.validation import SubscriptionInput
+
+    hook, _ = subscription_create(
+        tenant_id="acme", data=SubscriptionInput(kind="webhook", name="hook", url="http://127.0.0.1:9/hook")
+    )
+    for _ in range(2):
+        subscription_send_test(tenant_id="acme", subscription_id=hook.pk)
+    dead, alive = session_start(), session_start()
+    WorkerSession.objects.filter(pk=dead.pk).update(last_heartbeat_at=utcnow() - timedelta(minutes=1))
+    [of_the_dead] = notifications_claim(limit=1, claimed_by=dead.pk)
+    [of_the_living] = notifications_claim(limit=1, claimed_by=alive.pk)
+
+    recovery.sweep(worker_id=alive.pk, execute=lambda attempts: None)
+
+    given_back = Notification.objects.get(pk=of_the_dead.pk)
+    assert given_back.locked_until is None and given_back.next_attempt_at <= utcnow()
+    assert Notification.objects.get(pk=of_the_living.pk).locked_until == of_the_living.lease_until
