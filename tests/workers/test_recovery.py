@@ -2,6 +2,8 @@
 
 from datetime import timedelta
 
+import pytest
+
 from core.ids import utcnow
 from execution.http import HttpRequest
 from execution.models import HttpExecution
@@ -87,6 +89,7 @@ def test_a_stuck_attempt_past_timeout_and_grace_is_interrupted_even_if_its_worke
     assert (call.status, call.error_kind) == ("Failed", "Interrupted")
 
 
+@pytest.mark.also_postgres
 def test_the_event_deliveries_claimed_by_a_dead_worker_are_due_again_at_once(world):
     """Not at the end of their lease (docs/events.md, "The guarantees"); a live worker's claims
     are left to it."""
