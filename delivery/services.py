@@ -713,13 +713,14 @@ def notifications_release_dead_claims(*, live_sessions: Iterable[str], looked_at
     dead while it still runs starts none of the tries it had claimed and not started
     (delivery.runner.Deliverer, `session`)."""
     now = utcnow()
+    # Held claims only (a recorded try clears its lease), along event_notifications_claimed:
+    # the watchdog runs this every pass, and the open notifications of a burst are many.
     return (
         Notification.objects.filter(
             locked_until__gt=looked_at,
             locked_until__lte=looked_at + lease_length(),  # claimed at `looked_at` or before
-            next_attempt_at__isnull=False,
+            claimed_by__gt="",
         )
-        .exclude(claimed_by="")
         .exclude(claimed_by__in=list(live_sessions))
         .update(locked_until=None, claimed_by="", next_attempt_at=now, updated_at=now)
     )

@@ -29,3 +29,16 @@ def test_the_claim_searches_the_due_index(db):
     assert plans and "event_notifications_due_seq" in plans[0], plans
     # In the index's order: it stops at its limit rather than sort every due notification.
     assert "TEMP B-TREE" not in plans[0], plans
+
+
+def test_the_watchdogs_release_searches_the_claimed_index_not_the_open_notifications(db):
+    """It runs on every watchdog pass, when a burst may have thousands of open notifications;
+    only the claims held now are in its index."""
+    from core.ids import utcnow
+    from delivery.services import notifications_release_dead_claims
+
+    with recorded_queries() as queries:
+        notifications_release_dead_claims(live_sessions={"alive"}, looked_at=utcnow())
+    [(sql, params)] = [(sql, params) for sql, params in queries if sql.startswith('UPDATE "event_notifications"')]
+    plan = " | ".join(query_plan(sql, params))
+    assert "USING INDEX event_notifications_claimed (claimed_by>?)" in plan, plan
