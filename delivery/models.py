@@ -88,10 +88,11 @@ class Notification(models.Model):
     # The next try was asked for by an operator (resend, test): its attempt says "manual".
     manual = models.BooleanField(default=False)
     # A delivery loop's claim (lease), as the outbox dispatcher's, and the worker session that
-    # holds it ("": none, or a claim made outside a worker): the watchdog gives back the claims
-    # of a session found dead rather than leave them to the lease (docs/events.md).
+    # holds it (NULL: none, or a claim made outside a worker): the watchdog gives back the claims
+    # of a session found dead rather than leave them to the lease (docs/events.md). Nullable so
+    # that adding it is an ALTER TABLE, not a copy of the whole table under SQLite's write lock.
     locked_until = models.DateTimeField(null=True, blank=True)
-    claimed_by = models.CharField(max_length=64, blank=True, default="")
+    claimed_by = models.CharField(max_length=64, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
@@ -127,7 +128,9 @@ class Notification(models.Model):
                 condition=_OPEN,
                 name="event_notifications_open",
             ),
-            # The watchdog: the claims held now, by session (a few hundred rows at most).
+            # The watchdog: the claims held now, by session (what the delivery loops have claimed
+            # and not recorded: up to CLAIM_AHEAD × DELIVERY_CONCURRENCY per worker process), and
+            # claims whose lease ended before anyone claimed them again.
             models.Index(
                 fields=["claimed_by"],
                 condition=Q(locked_until__isnull=False),

@@ -40,6 +40,8 @@ logger = logging.getLogger("serviceagent.delivery")
 
 # Tries at recording one batch of results before its notifications are left to their lease.
 RECORD_TRIES = 3
+# How often a loop that waits for its worker's heartbeat says so, at most.
+UNSURE_LOG_SECONDS = 10.0
 
 
 def _error(exc: BaseException) -> str:
@@ -101,12 +103,15 @@ class Deliverer:
         self._stopping = False
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
+        self._unsure_logged_at = -UNSURE_LOG_SECONDS
 
     def step(self) -> int:
         """Record what came back and claim what is due and fits, in one write transaction, then
         hand the claimed to the threads; returns how many notifications it moved (0: idle)."""
         # Asked before the results are taken: a failing look (the database gone) loses none.
         session = self.session()
+        if session is None:
+            self._note_unsure()
         claim = session is not None and self.may_claim() and notifications_due_exist()
         ready = self._take_ready()
         with self._lock:
@@ -157,10 +162,11 @@ class Deliverer:
         return taken
 
     def _drop(self, batch: list[ClaimedNotification]) -> None:
-        """A claimed try left to its lease (or to the loop that has it now), untried (lock held)."""
+        """A claimed try left untried (lock held): to its lease, or to the watchdog, which gave it
+        back already when its session was found dead."""
         logger.warning(
             "%d delivery tries waited too long to start, or were claimed under a session found dead since; "
-            "they are tried again after their lease",
+            "they are tried again after their lease, or as the watchdog gave them back",
             len(batch),
         )
         self.in_flight -= len(batch)
@@ -174,6 +180,7 @@ class Deliverer:
         while True:
             session = self.session()
             if session is None:  # the heartbeat is late: the claims may be given back any moment
+                self._note_unsure()
                 return
             with self._lock:
                 batches = []
@@ -215,6 +222,13 @@ class Deliverer:
                     ended += 1
             if not ended:  # those that ended at once made room for more
                 return
+
+    def _note_unsure(self) -> None:
+        """Logged at most every UNSURE_LOG_SECONDS: deliveries wait for the heartbeat."""
+        now = time.monotonic()
+        if now - self._unsure_logged_at >= UNSURE_LOG_SECONDS:
+            self._unsure_logged_at = now
+            logger.warning("the worker's heartbeat is late: no delivery is claimed or started until it is written")
 
     def _webhook_back(self, notification: ClaimedNotification, started: datetime, outcome: Outcome) -> None:
         """A webhook try's response (on the asyncio loop's thread): its result left for the
@@ -304,7 +318,8 @@ class Deliverer:
 
     def _release(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> None:
         """Whatever recording did, these tries are over: their threads are free again (an
-        unrecorded try is sent again when its lease ends: at least once)."""
+        unrecorded try is sent again when its lease ends, or sooner once its worker is found dead:
+        at least once)."""
         with self._lock:
             self.in_flight -= len(ready)
             self.in_flight_by_subscription.subtract(n.subscription_id for n, _ in ready)
@@ -365,8 +380,9 @@ class Deliverer:
     def stop(self, *, timeout: float | None = None) -> None:
         """Start no new tries; give back the claimed ones no thread started yet (due again at
         once, for another loop); wait up to `timeout` (None: for as long as they take) for the
-        tries out to come back, and record them. A try still out then is left to its lease
-        and sent again when the lease ends (at least once, docs/events.md)."""
+        tries out to come back, and record them. A try still out then is sent again (at least
+        once, docs/events.md): the watchdog gives it back once the stopped session's tries are
+        surely over, or its lease ends."""
         with self._lock:
             self._stopping = True
             cancelled = [notification for batch in self._waiting for notification in batch]
@@ -395,7 +411,9 @@ class Deliverer:
         if not self.idle():
             with self._lock:
                 out = self.in_flight
-            logger.warning("stopped with %d delivery tries out; they are tried again when their lease ends", out)
+            logger.warning(
+                "stopped with %d delivery tries out; they are tried again once the watchdog gives them back", out
+            )
         if self._nats_threads is not None:
             self._nats_threads.shutdown(wait=False)
 

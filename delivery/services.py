@@ -157,6 +157,7 @@ def _expire_waiting(subscription: Subscription) -> int:
             state=Notification.State.EXPIRED,
             next_attempt_at=None,
             locked_until=None,
+            claimed_by=None,
             last_error=EXPIRED_WHILE_DISABLED,
             updated_at=now,
         )
@@ -233,6 +234,7 @@ def subscription_recover(*, tenant_id: str | None, subscription_id: uuid.UUID | 
             next_attempt_at=now,
             manual=True,
             locked_until=None,
+            claimed_by=None,
             updated_at=now,
         )
 
@@ -255,6 +257,7 @@ def notification_resend(*, tenant_id: str | None, notification_id: uuid.UUID | s
         notification.next_attempt_at = now
         notification.manual = True
         notification.locked_until = None
+        notification.claimed_by = None  # a try still out is not recorded (notifications_record)
         notification.updated_at = now
         notification.save()
     return notification
@@ -417,7 +420,7 @@ class ClaimedNotification:
     manual: bool
     event_created_at: datetime
     lease_until: datetime  # no other loop claims it before; a try must be over by then
-    claimed_by: str = ""  # the worker session whose claim it is ("": none)
+    claimed_by: str = ""  # the worker session whose claim it is ("": none; NULL in the row)
 
     @property
     def subscription_id(self) -> uuid.UUID:
@@ -501,7 +504,7 @@ def _leased(keys: list[Any], *, lease: datetime, claimed_by: str) -> list[tuple[
     return sql_update_returning(
         Notification,
         assign="{t.locked_until} = %s, {t.next_attempt_at} = %s, {t.claimed_by} = %s",
-        params=[lease, lease, claimed_by],
+        params=[lease, lease, claimed_by or None],
         keys=keys,
         returning="{t.notification_id}, {t.subscription}, {t.envelope}, {t.attempts}, {t.step}, {t.manual}, "
         "{t.event_created_at}",
@@ -587,19 +590,24 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
         # record for those (and an attempt row pointing at them would fail the whole batch).
         # Nor for a claim the watchdog gave back meanwhile (its session was declared dead): the
         # notification is another loop's now, or due again (notifications_release_dead_claims).
+        # The rows are locked on PostgreSQL (in key order, as another recorder of the same rows
+        # locks them), so the watchdog cannot give a claim back between this look and the
+        # writes below (notifications_release_dead_claims skips the rows locked here).
         marks = ", ".join(["%s"] * len(results))
+        lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
         holder = {
-            db_uuid(pk): claimed_by
+            db_uuid(pk): claimed_by or ""
             for pk, claimed_by in sql_query(
-                f"SELECT {{n.notification_id}}, {{n.claimed_by}} FROM {{n}} WHERE {{n.notification_id}} IN ({marks})",
+                f"SELECT {{n.notification_id}}, {{n.claimed_by}} FROM {{n}} WHERE {{n.notification_id}} IN ({marks}) "
+                "ORDER BY {n.notification_id}" + lock,
                 [n.pk for n, _ in results],
                 n=Notification,
             )
         }
-        given_back = sum(1 for n, _ in results if n.pk in holder and holder[n.pk] != n.claimed_by)
+        given_back = sum(1 for n, _ in results if n.pk in holder and holder[n.pk] != (n.claimed_by or ""))
         if given_back:
             logger.warning("%d delivery tries came back after their claims were given back; not recorded", given_back)
-        results = [(n, result) for n, result in results if holder.get(n.pk) == n.claimed_by]
+        results = [(n, result) for n, result in results if holder.get(n.pk) == (n.claimed_by or "")]
         attempts = []
         succeeded: dict[int, list[uuid.UUID]] = {}  # by attempt count: one statement for each
         outcome_by_subscription: dict[uuid.UUID, list[SendResult]] = {}
@@ -625,7 +633,7 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
                     "attempts": n,
                     "manual": False,
                     "locked_until": None,
-                    "claimed_by": "",
+                    "claimed_by": None,
                     "updated_at": now,
                 }
                 step = notification.step + 1
@@ -640,7 +648,7 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
         for n, keys in succeeded.items():
             sql_query(
                 "UPDATE {n} SET {n.state} = %s, {n.attempts} = %s, {n.manual} = %s, {n.locked_until} = NULL, "
-                "{n.claimed_by} = '', "
+                "{n.claimed_by} = NULL, "
                 "{n.next_attempt_at} = NULL, {n.last_error} = '', {n.updated_at} = %s, {n.delivered_at} = %s "
                 f"WHERE {{n.notification_id}} IN ({', '.join(['%s'] * len(keys))})",
                 [Notification.State.SUCCEEDED.value, n, False, now, now, *keys],
@@ -693,34 +701,50 @@ def _human(seconds: float) -> str:
 
 
 def notifications_release(*, notifications: Sequence[ClaimedNotification | Notification]) -> None:
-    """Give back claims that were not tried (the loop is stopping): due again at once."""
-    # Only rows still open: one finished meanwhile must not be reopened.
-    Notification.objects.filter(pk__in=[n.pk for n in notifications], next_attempt_at__isnull=False).update(
-        locked_until=None, claimed_by="", next_attempt_at=utcnow()
-    )
+    """Give back claims that were not tried (the loop is stopping): due again at once. Only
+    claims still held as they were made: one the watchdog gave back meanwhile may be another
+    loop's now, and one finished meanwhile must not be reopened."""
+    by_holder: dict[str | None, list[Any]] = {}
+    for notification in notifications:
+        by_holder.setdefault(notification.claimed_by or None, []).append(notification.pk)
+    now = utcnow()
+    for claimed_by, keys in by_holder.items():
+        Notification.objects.filter(pk__in=keys, claimed_by=claimed_by, next_attempt_at__isnull=False).update(
+            locked_until=None, claimed_by=None, next_attempt_at=now
+        )
 
 
 def notifications_release_dead_claims(*, live_sessions: Iterable[str], looked_at: datetime) -> int:
     """Give back the claims of worker sessions that were not in `live_sessions` at `looked_at`
-    (killed, or stalled until the watchdog declared them dead): due again at once, rather than
-    at the end of their lease. Claims made after `looked_at` (by a session started since) are
-    not judged; claims made outside a worker ("") keep their lease. Returns how many.
+    (killed, or stalled until the watchdog declared them dead). Claims made after `looked_at`
+    (by a session started since) are not judged; claims made outside a worker (no session)
+    keep their lease. Returns how many.
 
-    Such a try may have been sent: sending it again is the at-least-once the lease gives too,
-    only sooner, and the receiver de-duplicates it by the event id. It never changes the order
-    a receiver sees after de-duplication: the call's next event is claimed only once this one
-    is recorded, so its first arrival is always before the next event's. A session declared
-    dead while it still runs starts none of the tries it had claimed and not started
-    (delivery.runner.Deliverer, `session`)."""
-    now = utcnow()
-    # Held claims only (a recorded try clears its lease), along event_notifications_claimed:
-    # the watchdog runs this every pass, and the open notifications of a burst are many.
-    return (
-        Notification.objects.filter(
-            locked_until__gt=looked_at,
-            locked_until__lte=looked_at + lease_length(),  # claimed at `looked_at` or before
-            claimed_by__gt="",
+    Each is due again once no try of the dead session can still be out: a session starts no
+    try once its last heartbeat is half of WORKER_STALE_SECONDS old (workers.keeper.
+    SessionKeeper.surely_alive), so a session declared dead at `looked_at` started its last
+    try before then, and that try is over by `looked_at` + the longest try. As with the lease,
+    no notification is ever out twice at once, nor a call's next event before this one's
+    first arrival: only sooner than the lease. A try given back may have been sent; sending it
+    again is the at-least-once the lease gives too, and the receiver de-duplicates it by the
+    event id. Rows a recording holds locked now (PostgreSQL) are left to the next pass."""
+    due = looked_at + timedelta(milliseconds=longest_try_ms())
+    with transaction.atomic():
+        # Held claims only (a recorded try clears its lease), along event_notifications_claimed:
+        # the watchdog runs this every pass, and the open notifications of a burst are many.
+        held = (
+            Notification.objects.filter(
+                locked_until__gt=looked_at,
+                locked_until__lte=looked_at + lease_length(),  # claimed at `looked_at` or before
+                claimed_by__isnull=False,
+            )
+            .exclude(claimed_by__in=list(live_sessions))
+            .select_for_update(skip_locked=True)  # never waits, so never deadlocks
+            .order_by()
         )
-        .exclude(claimed_by__in=list(live_sessions))
-        .update(locked_until=None, claimed_by="", next_attempt_at=now, updated_at=now)
-    )
+        keys = list(held.values_list("pk", flat=True))
+        if not keys:
+            return 0
+        return Notification.objects.filter(pk__in=keys).update(
+            locked_until=None, claimed_by=None, next_attempt_at=due, updated_at=utcnow()
+        )

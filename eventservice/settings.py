@@ -329,6 +329,13 @@ OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500, minimum=1)
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 2, minimum=1)
 # A worker session that has not beaten for this long is considered dead.
 WORKER_STALE_SECONDS = env_int("WORKER_STALE_SECONDS", 10, minimum=2)
+if 2 * WORKER_HEARTBEAT_SECONDS >= WORKER_STALE_SECONDS:
+    # A worker starts event deliveries only while its last heartbeat is younger than half the
+    # stale time (docs/events.md): with beats that far apart it would hardly ever deliver.
+    raise SettingsError(
+        f"WORKER_STALE_SECONDS ({WORKER_STALE_SECONDS}) must be more than twice WORKER_HEARTBEAT_SECONDS "
+        f"({WORKER_HEARTBEAT_SECONDS})"
+    )
 RETENTION_DAYS = env_int("RETENTION_DAYS", 7, minimum=1)
 # Published outbox events older than this are deleted by the retention loop; 0 keeps them.
 OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 30, minimum=0)
@@ -375,8 +382,8 @@ SUBSCRIPTION_DISABLE_AFTER = env_duration("SUBSCRIPTION_DISABLE_AFTER", "5d")
 WEBHOOK_TIMEOUT_MS = env_int("WEBHOOK_TIMEOUT_MS", 15_000, minimum=100, maximum=120_000)
 DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=256)
 # Per worker process (each runs a delivery loop, docs/events.md): threads trying notifications,
-# and threads one subscription may hold at once (a slow or dead receiver holds that many); each
-# is claimed ahead twice over, so a thread that finishes a try starts the next at once.
+# and tries one subscription may have out at once (a slow or dead receiver holds that many);
+# four times as many are claimed ahead (CLAIM_AHEAD), so a try that comes back starts the next.
 DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, maximum=256)
 DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)

@@ -24,13 +24,16 @@ class SessionKeeper:
 
     def _beat(self) -> None:
         while not self._stop.wait(settings.WORKER_HEARTBEAT_SECONDS):
+            # Taken before the heartbeat is written: the time stored is later, so the session
+            # is never vouched for longer than a watchdog would wait (surely_alive).
+            beating = time.monotonic()
             try:
                 if not session_beat(session_id=self.session_id):
                     # Declared dead (stalled past WORKER_STALE_SECONDS): its attempts were
                     # interrupted by a watchdog; carry on under a new session.
                     logger.error("worker session %s was declared dead; starting a new one", self.session_id)
                     self.session_id = session_start().id
-                self._beaten_at = time.monotonic()
+                self._beaten_at = beating
             except Exception:
                 logger.exception("heartbeat failed")
                 close_old_connections()

@@ -6,7 +6,8 @@
 - a Running call whose attempt finished (the worker died before recording the call) is
   finished with the outcome the attempt log recorded;
 - a Scheduled call long overdue without a pending timer gets its timer again;
-- an event delivery claimed by a dead worker is due again at once (docs/events.md).
+- an event delivery claimed by a dead worker is given back, due again once any try of that
+  worker is surely over (docs/events.md).
 Attempts are the call's current one: an earlier attempt of a retried call is history.
 """
 
@@ -48,7 +49,7 @@ def sweep(*, worker_id: str, execute: Callable[[list[Attempt]], None]) -> int:
     sessions_mark_stale(now=now)
     live = live_session_ids()
     grace = timedelta(milliseconds=settings.WATCHDOG_GRACE_MS)
-    # A dead session's event deliveries: due again now, not at the end of their lease.
+    # A dead session's event deliveries: given back, not left to the end of their lease.
     released = notifications_release_dead_claims(live_sessions=live, looked_at=now)
     if released:
         logger.warning("gave back %d event deliveries claimed by dead workers", released)

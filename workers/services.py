@@ -64,9 +64,10 @@ def sessions_mark_stale(*, now: datetime | None = None) -> list[str]:
     marked = []
     with transaction.atomic():
         for session_id, last in stale:
-            if WorkerSession.objects.filter(id=session_id, status=WorkerSession.Status.RUNNING).update(
-                status=WorkerSession.Status.UNKNOWN, stopped_at=last
-            ):
+            # Still silent: a heartbeat written since the look keeps the session alive.
+            if WorkerSession.objects.filter(
+                id=session_id, status=WorkerSession.Status.RUNNING, last_heartbeat_at__lt=cutoff
+            ).update(status=WorkerSession.Status.UNKNOWN, stopped_at=last):
                 marked.append(session_id)
     return marked
 

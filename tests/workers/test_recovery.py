@@ -90,11 +90,11 @@ def test_a_stuck_attempt_past_timeout_and_grace_is_interrupted_even_if_its_worke
 
 
 @pytest.mark.also_postgres
-def test_the_event_deliveries_claimed_by_a_dead_worker_are_due_again_at_once(world):
-    """Not at the end of their lease (docs/events.md, "The guarantees"); a live worker's claims
-    are left to it."""
+def test_the_event_deliveries_claimed_by_a_dead_worker_are_given_back_long_before_their_lease(world):
+    """Due again once any try of the dead worker is surely over, not at the end of their lease
+    (docs/events.md, "The guarantees"); a live worker's claims are left to it."""
     from delivery.models import Notification
-    from delivery.services import notifications_claim, subscription_create, subscription_send_test
+    from delivery.services import longest_try_ms, notifications_claim, subscription_create, subscription_send_test
     from delivery.validation import SubscriptionInput
 
     hook, _ = subscription_create(
@@ -107,8 +107,11 @@ def test_the_event_deliveries_claimed_by_a_dead_worker_are_due_again_at_once(wor
     [of_the_dead] = notifications_claim(limit=1, claimed_by=dead.pk)
     [of_the_living] = notifications_claim(limit=1, claimed_by=alive.pk)
 
+    before = utcnow()
     recovery.sweep(worker_id=alive.pk, execute=lambda attempts: None)
 
     given_back = Notification.objects.get(pk=of_the_dead.pk)
-    assert given_back.locked_until is None and given_back.next_attempt_at <= utcnow()
+    surely_over = timedelta(milliseconds=longest_try_ms())
+    assert (given_back.locked_until, given_back.claimed_by) == (None, None)
+    assert before + surely_over <= given_back.next_attempt_at <= utcnow() + surely_over < of_the_dead.lease_until
     assert Notification.objects.get(pk=of_the_living.pk).locked_until == of_the_living.lease_until
