@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 
 from core.ids import utcnow
@@ -24,7 +25,6 @@ from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
 from delivery.senders import send, send_nats_many, webhook_request, webhook_result
 from delivery.services import (
-    CLAIM_AHEAD,
     ClaimedNotification,
     SendResult,
     longest_try_ms,
@@ -55,9 +55,9 @@ class Deliverer:
     comes back by callback: no thread waits for it. A claim's NATS notifications are one
     publish batch, which a thread of its own waits for (delivery/senders.py).
 
-    It claims ahead of its tries: up to CLAIM_AHEAD times `concurrency` notifications (and
-    CLAIM_AHEAD times `per_subscription` of one subscription) are claimed and not yet recorded,
-    so a try that comes back starts the next one at once rather than wait for the loop's next
+    It claims ahead of its tries: up to DELIVERY_CLAIM_AHEAD times `concurrency` notifications
+    (and that many times `per_subscription` of one subscription) are claimed and not yet
+    recorded, so a try that comes back starts the next one at once rather than wait for the loop's next
     write, which during a burst waits its turn behind the calls' and the dispatcher's writes.
     What is out at once stays bounded: `concurrency` tries, `per_subscription` of one
     subscription (a slow or dead receiver holds that many, never all of them).
@@ -79,6 +79,8 @@ class Deliverer:
         session: Callable[[], str | None] = lambda: "",
     ) -> None:
         self.concurrency = concurrency
+        # The lease (delivery.services.lease_length) is long enough for this depth.
+        self.claim_ahead = settings.DELIVERY_CLAIM_AHEAD
         # Asked before each claim: False leaves the due notifications to the other loops for now
         # (the engine's way of putting its own work first); results are still recorded.
         self.may_claim = may_claim or (lambda: True)
@@ -87,9 +89,9 @@ class Deliverer:
         self.write_guard = write_guard
         self.results: queue.Queue[tuple[ClaimedNotification, SendResult]] = queue.Queue()
         self.per_subscription = per_subscription
-        self._claim_cap = None if per_subscription is None else CLAIM_AHEAD * per_subscription
+        self._claim_cap = None if per_subscription is None else self.claim_ahead * per_subscription
         # Claimed and not recorded yet (waiting to start, being tried, or back and waiting to be
-        # recorded): at most CLAIM_AHEAD times `concurrency`, and per subscription its share.
+        # recorded): at most `claim_ahead` times `concurrency`, and per subscription its share.
         self.in_flight = 0
         self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
         self._lock = threading.Lock()
@@ -115,7 +117,7 @@ class Deliverer:
         claim = session is not None and self.may_claim() and notifications_due_exist()
         ready = self._take_ready()
         with self._lock:
-            room = CLAIM_AHEAD * self.concurrency - self.in_flight + len(ready)  # the recorded make room
+            room = self.claim_ahead * self.concurrency - self.in_flight + len(ready)  # the recorded make room
             busy = Counter(self.in_flight_by_subscription)
         busy.subtract(n.subscription_id for n, _ in ready)
         limit = min(room, self.batch_size) if claim and room > 0 else 0

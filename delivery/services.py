@@ -38,19 +38,14 @@ def longest_try_ms() -> int:
     return max(settings.WEBHOOK_TIMEOUT_MS, 2 * settings.NATS_PUBLISH_TIMEOUT_MS)
 
 
-# A delivery loop claims up to this many times as many notifications as it has tries out at
-# once (delivery/runner.py): a try that comes back starts the next claimed one at once.
-CLAIM_AHEAD = 4
-
-
 def lease_length() -> timedelta:
     """How long a claim holds a notification: LEASE, or longer where the timeouts ask for it. A
-    loop claims ahead of its tries (CLAIM_AHEAD), so a claimed try may wait for that many tries
-    of its subscription before it starts, then last its own: the lease covers that with room,
+    loop claims ahead of its tries (DELIVERY_CLAIM_AHEAD), so a claimed try may wait for that
+    many tries of its subscription before it starts, then last its own: the lease covers that with room,
     and a try that waited longer is not started (another loop may claim it once the lease
     ends, and must not find it out twice). A worker found dead gives its claims back sooner
     (notifications_release_dead_claims)."""
-    return max(LEASE, timedelta(milliseconds=(CLAIM_AHEAD + 1) * longest_try_ms()))
+    return max(LEASE, timedelta(milliseconds=(settings.DELIVERY_CLAIM_AHEAD + 1) * longest_try_ms()))
 
 
 # The previous secret keeps signing this long after a rotation (receivers roll their config).

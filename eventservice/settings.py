@@ -382,9 +382,15 @@ SUBSCRIPTION_DISABLE_AFTER = env_duration("SUBSCRIPTION_DISABLE_AFTER", "5d")
 WEBHOOK_TIMEOUT_MS = env_int("WEBHOOK_TIMEOUT_MS", 15_000, minimum=100, maximum=120_000)
 DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=256)
 # Per worker process (each runs a delivery loop, docs/events.md): threads trying notifications,
-# and tries one subscription may have out at once (a slow or dead receiver holds that many);
-# four times as many are claimed ahead (CLAIM_AHEAD), so a try that comes back starts the next.
+# and tries one subscription may have out at once (a slow or dead receiver holds that many).
 DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, maximum=256)
+# How many times as many are claimed ahead, so a try that comes back starts the next at once.
+# Deeper claims deliver more of a burst while its calls still run, and take that CPU from them:
+# 4 on SQLite, where a claim waits its turn for the one write lock; 2 on PostgreSQL, where it
+# does not (bench/README.md, item 19). The lease grows with it (delivery.services.lease_length).
+DELIVERY_CLAIM_AHEAD = env_int(
+    "DELIVERY_CLAIM_AHEAD", 4 if DATABASES["default"]["ENGINE"] == "eventservice.sqlite" else 2, minimum=1, maximum=16
+)
 DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
 # Subscriptions a tenant may have (operator-wide ones are not counted): each one multiplies the

@@ -2,8 +2,13 @@
 
 from django.db import migrations, models
 
+import core.schema
+
 
 class Migration(migrations.Migration):
+    # The index is built concurrently on PostgreSQL (core/schema.py), which no transaction may
+    # hold; adding a nullable column is one statement of its own.
+    atomic = False
 
     dependencies = [
         ('delivery', '0002_claim_order_index'),
@@ -15,7 +20,7 @@ class Migration(migrations.Migration):
             name='claimed_by',
             field=models.CharField(blank=True, max_length=64, null=True),
         ),
-        migrations.AddIndex(
+        core.schema.AddIndexConcurrently(
             model_name='notification',
             index=models.Index(condition=models.Q(('locked_until__isnull', False)), fields=['claimed_by'], name='event_notifications_claimed'),
         ),

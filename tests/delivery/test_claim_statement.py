@@ -18,7 +18,6 @@ from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.selectors import OPEN_STATES, notifications_due_exist
 from delivery.services import (
-    CLAIM_AHEAD,
     LEASE,
     SendResult,
     _due_rows,
@@ -252,10 +251,11 @@ def test_recording_moves_each_try_on_and_logs_it(db, mixed, database):
 
 
 def test_the_lease_outlasts_a_wait_behind_the_tries_ahead_and_a_try_of_its_own(db, mixed, settings):
-    """Claimed ahead, a try may wait for CLAIM_AHEAD - 1 tries of its subscription, then last
-    its timeout: the lease covers them with one more try's room, whatever the timeouts are."""
+    """Claimed ahead, a try may wait for DELIVERY_CLAIM_AHEAD - 1 tries of its subscription,
+    then last its timeout: the lease covers them with one more try's room, whatever the
+    timeouts and the depth are."""
     hooks, now = mixed
-    assert CLAIM_AHEAD == 4
+    settings.DELIVERY_CLAIM_AHEAD = 4
     settings.WEBHOOK_TIMEOUT_MS, settings.NATS_PUBLISH_TIMEOUT_MS = 10_000, 5_000
     assert lease_length() == LEASE  # 5 × 10 s is less than the least lease
     settings.WEBHOOK_TIMEOUT_MS = 15_000  # the default

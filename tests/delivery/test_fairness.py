@@ -14,7 +14,6 @@ from delivery import runner
 from delivery.models import Notification
 from delivery.runner import Deliverer, deliver_now
 from delivery.services import (
-    CLAIM_AHEAD,
     SendResult,
     notifications_claim,
     notifications_record,
@@ -55,13 +54,14 @@ def test_a_slow_subscriber_holds_at_most_its_share_of_the_delivery_threads(trans
     with receiving() as receiver:
         slow = webhook(receiver.url("/slow"))
         fast = webhook(receiver.url("/ok"), tenant_id="globex")
-        for _ in range(CLAIM_AHEAD * 2 + 2):
+        depth = settings.DELIVERY_CLAIM_AHEAD
+        for _ in range(depth * 2 + 2):
             subscription_send_test(tenant_id="acme", subscription_id=slow.pk)
         deliverer = Deliverer(concurrency=16, batch_size=16, per_subscription=2)
         try:
             deliverer.step()
-            # Claimed ahead: CLAIM_AHEAD times its share; tried at once: its share.
-            assert deliverer.in_flight_by_subscription[slow.pk] == CLAIM_AHEAD * 2
+            # Claimed ahead: DELIVERY_CLAIM_AHEAD times its share; tried at once: its share.
+            assert deliverer.in_flight_by_subscription[slow.pk] == depth * 2
             wait_for(lambda: deliverer.sending_by_subscription[slow.pk] == 2, timeout=5)
             subscription_send_test(tenant_id="globex", subscription_id=fast.pk)
             started = time.monotonic()
@@ -72,7 +72,7 @@ def test_a_slow_subscriber_holds_at_most_its_share_of_the_delivery_threads(trans
 
             wait_for(fast_delivered, timeout=5)
             assert time.monotonic() - started < 1.5  # not behind the slow receiver's 2 s answers
-            assert deliverer.in_flight_by_subscription[slow.pk] <= CLAIM_AHEAD * 2
+            assert deliverer.in_flight_by_subscription[slow.pk] <= depth * 2
             assert deliverer.sending_by_subscription[slow.pk] <= 2
             assert len(receiver.at("/slow")) <= 2  # the others wait for a thread of its share
         finally:

@@ -17,6 +17,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -30,7 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.support.agent_process import agent_env, free_port, gunicorn
+from tests.support.agent_process import agent_env, free_port, gunicorn, manage
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "deploy.md"
@@ -497,6 +498,84 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f'DROP DATABASE IF EXISTS "{scratch}"')
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
+    """An upgrade to delivery 0003 whose concurrent index build is cut off (its backend
+    terminated while the build waits for a transaction older than it) leaves the column and an
+    invalid index, and `migrate` then stops; the guide's steps bring the upgrade through."""
+    import psycopg
+    from django.db import connection
+
+    scratch = f"upgrade_{secrets.token_hex(4)}"
+    url = _postgres_url(connection.settings_dict, scratch)
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{scratch}"')
+    env = agent_env(tmp_path, DATABASE_URL=url, SECRET_KEY="k" * 50)
+
+    def ask(sql: str) -> list[tuple]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return conn.execute(sql).fetchall()
+
+    try:
+        assert manage(env, "migrate", "delivery", "0002").returncode == 0
+        # A long read (a report, a backup) that holds its snapshot: the build waits for it at
+        # its end, after the column is added; a write to the table would hold the column too.
+        with psycopg.connect(url) as holder:
+            holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+            holder.execute("SELECT count(*) FROM django_migrations")
+            upgrade = subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "migrate", "delivery", "0003"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            try:
+                deadline = time.monotonic() + 30
+                waiting: list[tuple] = []
+                while not waiting and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    waiting = ask(
+                        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' "
+                        "AND wait_event_type = 'Lock'"
+                    )
+                assert waiting, "the build never waited for the open transaction"
+                ask(f"SELECT pg_terminate_backend({waiting[0][0]})")
+                _, stderr = upgrade.communicate(timeout=60)
+            finally:
+                upgrade.kill()
+            assert upgrade.returncode != 0
+            holder.rollback()
+        assert ask(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'event_notifications_claimed'"
+        ) == [(False,)]
+        assert ask("SELECT count(*) FROM django_migrations WHERE app = 'delivery' AND name = '0003_claimed_by'") == [
+            (0,)
+        ]
+        again = manage(env, "migrate")
+        assert again.returncode != 0 and "claimed_by" in again.stderr
+
+        base = _postgres_url(connection.settings_dict, scratch)
+        for line in bash_block("DROP INDEX CONCURRENTLY"):
+            if line.startswith("sudo -u postgres psql service_agent "):
+                command = line.replace("sudo -u postgres psql service_agent ", f"psql {base} ", 1)
+                done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False)
+                assert done.returncode == 0, done.stderr
+            else:
+                assert line == "sudo -u service-agent service-agent-manage migrate"
+                assert manage(env, "migrate").returncode == 0
+        assert ask(
+            "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = 'event_notifications_claimed'"
+        ) == [(True,)]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
 
 def test_every_command_of_the_guide_runs_somewhere():

@@ -40,6 +40,7 @@ def _assert_one_line(result: subprocess.CompletedProcess, name: str) -> str:
         ("Q_WORKERS", "two"),
         ("TIMER_HORIZON_MS", "5"),
         ("EVENT_DELIVERY_SCHEDULE", "soon"),
+        ("DELIVERY_CLAIM_AHEAD", "0"),
     ],
 )
 def test_a_malformed_value_stops_manage_py_with_one_line_naming_the_variable(tmp_path, name, value):
@@ -84,6 +85,26 @@ def test_debug_1_is_debug(tmp_path):
     )
 
     assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", "")
+
+
+@pytest.mark.parametrize(
+    "extra,depth",
+    [
+        ({}, "4"),  # SQLite: a claim waits its turn for the write lock
+        ({"DATABASE_URL": "postgres://agent@127.0.0.1:5432/agent"}, "2"),  # read, never connected to
+        ({"DATABASE_URL": "postgres://agent@127.0.0.1:5432/agent", "DELIVERY_CLAIM_AHEAD": "3"}, "3"),
+    ],
+)
+def test_the_claim_depth_follows_the_database_unless_set(tmp_path, extra, depth):
+    result = manage(
+        _env(tmp_path, **extra),
+        "shell",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.DELIVERY_CLAIM_AHEAD)",
+    )
+
+    assert (result.returncode, result.stdout) == (0, f"{depth}\n"), result.stderr
 
 
 @pytest.mark.parametrize("raw", ["true", "TRUE", "1", "yes", "Yes", "on", " on "])
