@@ -57,8 +57,9 @@ class Deliverer:
 
     It claims ahead of its tries: up to DELIVERY_CLAIM_AHEAD times `concurrency` notifications
     (and that many times `per_subscription` of one subscription) are claimed and not yet
-    recorded, so a try that comes back starts the next one at once rather than wait for the loop's next
-    write, which during a burst waits its turn behind the calls' and the dispatcher's writes.
+    recorded, so a try that comes back starts the next one at once rather than wait for the
+    loop's next write, which during a burst waits its turn behind the calls' and the
+    dispatcher's writes.
     What is out at once stays bounded: `concurrency` tries, `per_subscription` of one
     subscription (a slow or dead receiver holds that many, never all of them).
 
@@ -79,7 +80,9 @@ class Deliverer:
         session: Callable[[], str | None] = lambda: "",
     ) -> None:
         self.concurrency = concurrency
-        # The lease (delivery.services.lease_length) is long enough for this depth.
+        # Read once. The lease (delivery.services.lease_length) is long enough for this depth
+        # while the setting stays; a try that could no longer end within its lease is never
+        # started (_next_try).
         self.claim_ahead = settings.DELIVERY_CLAIM_AHEAD
         # Asked before each claim: False leaves the due notifications to the other loops for now
         # (the engine's way of putting its own work first); results are still recorded.

@@ -39,12 +39,12 @@ def longest_try_ms() -> int:
 
 
 def lease_length() -> timedelta:
-    """How long a claim holds a notification: LEASE, or longer where the timeouts ask for it. A
-    loop claims ahead of its tries (DELIVERY_CLAIM_AHEAD), so a claimed try may wait for that
-    many tries of its subscription before it starts, then last its own: the lease covers that with room,
-    and a try that waited longer is not started (another loop may claim it once the lease
-    ends, and must not find it out twice). A worker found dead gives its claims back sooner
-    (notifications_release_dead_claims)."""
+    """How long a claim holds a notification: LEASE, or longer where the timeouts ask for it.
+    A loop claims DELIVERY_CLAIM_AHEAD times as many as it tries at once, so a claimed try may
+    wait for DELIVERY_CLAIM_AHEAD - 1 tries of its subscription before it starts, then last its
+    own: the lease covers that with one more try's room, and a try that waited longer is not
+    started (another loop may claim it once the lease ends, and must not find it out twice). A
+    worker found dead gives its claims back sooner (notifications_release_dead_claims)."""
     return max(LEASE, timedelta(milliseconds=(settings.DELIVERY_CLAIM_AHEAD + 1) * longest_try_ms()))
 
 

@@ -387,7 +387,8 @@ DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, 
 # How many times as many are claimed ahead, so a try that comes back starts the next at once.
 # Deeper claims deliver more of a burst while its calls still run, and take that CPU from them:
 # 4 on SQLite, where a claim waits its turn for the one write lock; 2 on PostgreSQL, where it
-# does not (bench/README.md, item 19). The lease grows with it (delivery.services.lease_length).
+# does not (with several clusters, 4 is better there too: docs/events.md). The lease grows with
+# it (delivery.services.lease_length), so it must be the same on every host.
 DELIVERY_CLAIM_AHEAD = env_int(
     "DELIVERY_CLAIM_AHEAD", 4 if DATABASES["default"]["ENGINE"] == "eventservice.sqlite" else 2, minimum=1, maximum=16
 )

@@ -7,8 +7,8 @@ import core.schema
 
 class Migration(migrations.Migration):
     # The index is built concurrently on PostgreSQL (core/schema.py), which no transaction may
-    # hold; adding a nullable column is one statement of its own.
-    atomic = False
+    # hold: there the column is added on its own first; elsewhere both in one transaction.
+    atomic = core.schema.AtomicElsewhere()
 
     dependencies = [
         ('delivery', '0002_claim_order_index'),

@@ -14,15 +14,15 @@ from django.apps import apps as django_apps
 from django.core.management import call_command
 from django.db import NotSupportedError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
-from django.db.migrations.operations import AddIndex, CreateModel
+from django.db.migrations.operations import AddConstraint, AddField, AddIndex, AlterField, CreateModel
 from django.db.migrations.state import ProjectState
-from django.db.models import F
+from django.db.models import F, UniqueConstraint
 
-from core.schema import AddIndexConcurrently
+from core.schema import AddIndexConcurrently, AtomicElsewhere
 from delivery.models import Notification
 from delivery.services import subscription_create, subscription_send_test
 from delivery.validation import SubscriptionInput
-from tests.support.agent_process import ROOT
+from tests.support.agent_process import ROOT, agent_env, manage
 from tests.support.waiting import wait_for
 
 NAME = "event_notifications_claimed"
@@ -81,6 +81,33 @@ def test_sqlmigrate_shows_the_claims_index_built_concurrently_on_postgresql():
     out = StringIO()
     call_command("sqlmigrate", "delivery", "0003_claimed_by", stdout=out)
     assert f'CREATE INDEX CONCURRENTLY "{NAME}"' in out.getvalue()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_sqlmigrate_backwards_drops_it_concurrently_on_postgresql():
+    out = StringIO()
+    call_command("sqlmigrate", "delivery", "0003_claimed_by", backwards=True, stdout=out)
+    assert f'DROP INDEX CONCURRENTLY IF EXISTS "{NAME}"' in out.getvalue()
+
+
+def test_elsewhere_the_migration_goes_back_and_forth(tmp_path):
+    """On a fresh SQLite database: 0003 undone (its index, then its column) and done again."""
+    env = agent_env(tmp_path, SECRET_KEY="k" * 50)
+    for target, left in (("0003", ["claimed_by", NAME]), ("0002", []), ("0003", ["claimed_by", NAME])):
+        result = manage(env, "migrate", "delivery", target)
+        assert result.returncode == 0, result.stderr
+        shown = manage(env, "shell", "--no-imports", "-c", SHOW_COLUMN_AND_INDEX)
+        assert shown.stdout.split() == left, shown.stderr
+
+
+SHOW_COLUMN_AND_INDEX = f"""
+from django.db import connection
+with connection.cursor() as cursor:
+    names = [c.name for c in connection.introspection.get_table_description(cursor, "event_notifications")]
+    constraints = connection.introspection.get_constraints(cursor, "event_notifications")
+print(*[name for name in names if name == "claimed_by"], *[name for name in constraints if name == "{NAME}"])
+"""
 
 
 @pytest.mark.postgres
@@ -159,25 +186,39 @@ def test_on_postgresql_a_build_inside_a_transaction_is_refused_before_it_starts(
         assert NAME not in _indexes()
 
 
-# Built with a plain CREATE INDEX before core/schema.py existed (docs/deploy.md, "Upgrades").
+# Built an index plainly before core/schema.py existed (docs/deploy.md, "Upgrades").
 PLAIN_BEFORE = {
     ("delivery", "0002_claim_order_index"),
     ("orchestration", "0002_cancel_and_retries"),
+    ("orchestration", "0003_schedule_occurrence"),  # a unique constraint
     ("orchestration", "0004_flow_control"),
     ("orchestration", "0005_startable_due"),
     ("orchestration", "0006_startable_tenant"),
+    ("outbox", "0002_feed_seq"),  # a unique constraint
 }
-
-
-# Adds a column, then builds its index concurrently: interrupted, it leaves the column.
+# Adds a column, then builds its index concurrently: interrupted on PostgreSQL, it leaves the
+# column (docs/deploy.md says how to recover).
 SHARED_BEFORE = {("delivery", "0003_claimed_by")}
 
 
+def _builds_an_index(operation: object) -> bool:
+    """An operation that builds an index on an existing table with a plain CREATE INDEX (or a
+    unique constraint, which is one)."""
+    if isinstance(operation, AddIndexConcurrently):
+        return False
+    if isinstance(operation, AddIndex):
+        return True
+    if isinstance(operation, AddField | AlterField):
+        return bool(operation.field.db_index or operation.field.unique)
+    return isinstance(operation, AddConstraint) and isinstance(operation.constraint, UniqueConstraint)
+
+
 def test_a_new_migration_adds_its_indexes_concurrently_each_in_a_migration_of_its_own():
-    """An index on an existing table is added with core.schema.AddIndexConcurrently, alone in
-    a migration with atomic = False (interrupted, it leaves nothing but the index, which
-    docs/deploy.md says to drop); the indexes of a table made in the same migration are not
-    (nothing writes to it yet)."""
+    """An index on an existing table (an index, an indexed or unique field, a unique
+    constraint) is added with core.schema.AddIndexConcurrently, alone in a migration whose
+    `atomic` is core.schema.AtomicElsewhere (interrupted, it leaves nothing but the index,
+    which docs/deploy.md says to drop); the indexes of a table made in the same migration are
+    not (nothing writes to it yet)."""
     ours = {app.label for app in django_apps.get_app_configs() if Path(app.path).parent == ROOT}
     plain, atomic, shared = set(), set(), set()
     for key, migration in MigrationLoader(None, ignore_no_migrations=True).disk_migrations.items():
@@ -186,12 +227,20 @@ def test_a_new_migration_adds_its_indexes_concurrently_each_in_a_migration_of_it
         made = {operation.name_lower for operation in migration.operations if isinstance(operation, CreateModel)}
         for operation in migration.operations:
             if isinstance(operation, AddIndexConcurrently):
-                if migration.atomic:
+                if not isinstance(type(migration).__dict__.get("atomic"), AtomicElsewhere):
                     atomic.add(key)
                 if len(migration.operations) > 1:
                     shared.add(key)
-            elif isinstance(operation, AddIndex) and operation.model_name_lower not in made:
+            elif _builds_an_index(operation) and operation.model_name_lower not in made:
                 plain.add(key)
     assert plain <= PLAIN_BEFORE, sorted(plain - PLAIN_BEFORE)
-    assert not atomic
+    assert not atomic, sorted(atomic)
     assert shared <= SHARED_BEFORE, sorted(shared - SHARED_BEFORE)
+
+
+@pytest.mark.also_postgres
+def test_the_migration_is_one_transaction_except_on_postgresql():
+    """SQLite adds the column and its index in one transaction: a migration cut off there
+    (the write lock not had within its timeout) leaves nothing half done."""
+    migration = MigrationLoader(None, ignore_no_migrations=True).disk_migrations[("delivery", "0003_claimed_by")]
+    assert migration.atomic is (connection.vendor != "postgresql")

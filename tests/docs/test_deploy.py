@@ -541,7 +541,7 @@ def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
                     time.sleep(0.1)
                     waiting = ask(
                         "SELECT pid FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' "
-                        "AND wait_event_type = 'Lock'"
+                        "AND wait_event_type = 'Lock' AND datname = current_database()"
                     )
                 assert waiting, "the build never waited for the open transaction"
                 ask(f"SELECT pg_terminate_backend({waiting[0][0]})")
@@ -560,15 +560,26 @@ def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
         again = manage(env, "migrate")
         assert again.returncode != 0 and "claimed_by" in again.stderr
 
-        base = _postgres_url(connection.settings_dict, scratch)
-        for line in bash_block("DROP INDEX CONCURRENTLY"):
-            if line.startswith("sudo -u postgres psql service_agent "):
-                command = line.replace("sudo -u postgres psql service_agent ", f"psql {base} ", 1)
-                done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False)
-                assert done.returncode == 0, done.stderr
-            else:
-                assert line == "sudo -u service-agent service-agent-manage migrate"
-                assert manage(env, "migrate").returncode == 0
+        def column_and_index() -> list[tuple]:
+            return ask(
+                "SELECT 'column' FROM information_schema.columns WHERE table_name = 'event_notifications' "
+                "AND column_name = 'claimed_by' UNION ALL "
+                "SELECT 'index' FROM pg_class WHERE relname = 'event_notifications_claimed'"
+            )
+
+        steps = bash_block("DROP INDEX CONCURRENTLY")
+        assert steps[0] == "sudo -u service-agent service-agent-manage showmigrations delivery"
+        shown = manage(env, "showmigrations", "delivery")
+        assert "[ ] 0003_claimed_by" in shown.stdout, shown.stdout + shown.stderr
+        left = [[("column",)], []]  # after the index is dropped; after the column is
+        for line in steps[1:-1]:
+            assert line.startswith("sudo -u postgres psql service_agent -c ")
+            command = line.replace("sudo -u postgres psql service_agent ", f"psql {url} ", 1)
+            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False)
+            assert done.returncode == 0, done.stderr
+            assert column_and_index() == left.pop(0)
+        assert steps[-1] == "sudo -u service-agent service-agent-manage migrate"
+        assert manage(env, "migrate").returncode == 0
         assert ask(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "WHERE c.relname = 'event_notifications_claimed'"
@@ -586,6 +597,9 @@ def test_every_command_of_the_guide_runs_somewhere():
         "sudo -u service-agent service-agent-manage check --deploy",
         "sudo -u service-agent service-agent-manage backup",
         "sudo -u service-agent service-agent-manage migrate",
+        "sudo -u service-agent service-agent-manage showmigrations delivery",
+        "sudo -u postgres psql service_agent -c 'DROP INDEX CONCURRENTLY",
+        "sudo -u postgres psql service_agent -c 'ALTER TABLE event_notifications DROP COLUMN",
         "sudo -u service-agent rm -f",
         "sudo -u service-agent cp",
         "sudo -u service-agent service-agent-manage check --database default",
