@@ -37,7 +37,8 @@ class AddIndexConcurrently(AddIndex):
 class AtomicElsewhere:
     """A migration's `atomic` when it builds an index concurrently: False on PostgreSQL, where
     no transaction may hold the build; True elsewhere, so that an interrupted migration leaves
-    nothing half done (SQLite, whose index is a plain one)."""
+    nothing half done (SQLite, whose index is a plain one). It reads the default database's
+    vendor, the only database the agent has (eventservice/settings.py)."""
 
     def __get__(self, migration: object, owner: type | None = None) -> bool:
         return connections[DEFAULT_DB_ALIAS].vendor != "postgresql"
@@ -48,6 +49,6 @@ def _concurrently(schema_editor: Any) -> dict[str, bool]:
         return {}
     if schema_editor.connection.in_atomic_block:
         raise NotSupportedError(
-            "a concurrent index build cannot run in a transaction: set atomic = False on the migration"
+            "a concurrent index build cannot run in a transaction: set atomic = core.schema.AtomicElsewhere() on the migration"
         )
     return {"concurrently": True}

@@ -179,7 +179,7 @@ def test_on_postgresql_a_build_inside_a_transaction_is_refused_before_it_starts(
     with _index_dropped():
         state = ProjectState.from_apps(Notification._meta.apps)
         with (
-            pytest.raises(NotSupportedError, match="set atomic = False"),
+            pytest.raises(NotSupportedError, match="set atomic = core.schema.AtomicElsewhere"),
             connection.schema_editor(atomic=True) as editor,
         ):
             _operation().database_forwards("delivery", editor, state, state)
@@ -218,7 +218,9 @@ def test_a_new_migration_adds_its_indexes_concurrently_each_in_a_migration_of_it
     constraint) is added with core.schema.AddIndexConcurrently, alone in a migration whose
     `atomic` is core.schema.AtomicElsewhere (interrupted, it leaves nothing but the index,
     which docs/deploy.md says to drop); the indexes of a table made in the same migration are
-    not (nothing writes to it yet)."""
+    not (nothing writes to it yet). A unique constraint has no concurrent build here: a
+    migration that needs one goes into PLAIN_BEFORE with its reason, and the guide's advice
+    for those (a quiet hour) applies to it."""
     ours = {app.label for app in django_apps.get_app_configs() if Path(app.path).parent == ROOT}
     plain, atomic, shared = set(), set(), set()
     for key, migration in MigrationLoader(None, ignore_no_migrations=True).disk_migrations.items():

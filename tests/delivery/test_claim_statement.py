@@ -266,6 +266,6 @@ def test_the_lease_outlasts_a_wait_behind_the_tries_ahead_and_a_try_of_its_own(d
     row = Notification.objects.get(pk=claimed.pk)
     assert row.locked_until == row.next_attempt_at == now + timedelta(seconds=400)
     settings.DELIVERY_CLAIM_AHEAD, settings.WEBHOOK_TIMEOUT_MS, settings.NATS_PUBLISH_TIMEOUT_MS = 2, 15_000, 5_000
-    assert lease_length() == LEASE  # PostgreSQL's default: 3 × 15 s
+    assert lease_length() == LEASE  # PostgreSQL's default: 3 × 15 s is less than the least lease
     settings.DELIVERY_CLAIM_AHEAD, settings.WEBHOOK_TIMEOUT_MS = 16, 120_000  # the largest allowed
     assert lease_length() == timedelta(seconds=17 * 120)

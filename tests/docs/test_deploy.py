@@ -503,9 +503,10 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
-    """An upgrade to delivery 0003 whose concurrent index build is cut off (its backend
-    terminated while the build waits for a transaction older than it) leaves the column and an
-    invalid index, and `migrate` then stops; the guide's steps bring the upgrade through."""
+    """An upgrade to delivery 0003 whose migrate command is killed while its concurrent index
+    build waits for a transaction older than it: the build goes on running on the server, the
+    column and an invalid index are left, and `migrate` stops on them; the guide's steps, in
+    its order, bring the upgrade through."""
     import psycopg
     from django.db import connection
 
@@ -519,6 +520,25 @@ def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
         with psycopg.connect(url, autocommit=True) as conn:
             return conn.execute(sql).fetchall()
 
+    def builds() -> list[tuple]:
+        return ask(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' "
+            "AND wait_event_type = 'Lock' AND datname = current_database()"
+        )
+
+    def column_and_index() -> list[tuple]:
+        return ask(
+            "SELECT 'column' FROM information_schema.columns WHERE table_name = 'event_notifications' "
+            "AND column_name = 'claimed_by' UNION ALL "
+            "SELECT 'index' FROM pg_class WHERE relname = 'event_notifications_claimed'"
+        )
+
+    def run_psql(line: str) -> None:
+        assert line.startswith("sudo -u postgres psql service_agent -c ")
+        command = line.replace("sudo -u postgres psql service_agent ", f"psql {url} ", 1)
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+
     try:
         assert manage(env, "migrate", "delivery", "0002").returncode == 0
         # A long read (a report, a backup) that holds its snapshot: the build waits for it at
@@ -530,26 +550,33 @@ def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
                 [sys.executable, str(ROOT / "manage.py"), "migrate", "delivery", "0003"],
                 cwd=ROOT,
                 env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             try:
                 deadline = time.monotonic() + 30
-                waiting: list[tuple] = []
-                while not waiting and time.monotonic() < deadline:
+                while not builds() and time.monotonic() < deadline:
                     time.sleep(0.1)
-                    waiting = ask(
-                        "SELECT pid FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX CONCURRENTLY%' "
-                        "AND wait_event_type = 'Lock' AND datname = current_database()"
-                    )
-                assert waiting, "the build never waited for the open transaction"
-                ask(f"SELECT pg_terminate_backend({waiting[0][0]})")
-                _, stderr = upgrade.communicate(timeout=60)
+                assert builds(), "the build never waited for the open transaction"
             finally:
-                upgrade.kill()
-            assert upgrade.returncode != 0
-            holder.rollback()
+                upgrade.kill()  # the migrate command killed
+                upgrade.wait(10)
+            time.sleep(0.5)
+            assert builds(), "the server stopped the build when its client went"
+
+            [check] = bash_block("showmigrations delivery")
+            assert check == "sudo -u service-agent service-agent-manage showmigrations delivery"
+            shown = manage(env, "showmigrations", "delivery")
+            assert " [ ] 0003_claimed_by" in shown.stdout, shown.stdout + shown.stderr
+
+            steps = bash_block("DROP INDEX CONCURRENTLY")
+            assert len(steps) == 4 and "DROP INDEX CONCURRENTLY IF EXISTS" in steps[1], steps
+            run_psql(steps[0])  # the build cancelled
+            deadline = time.monotonic() + 10
+            while builds() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not builds()
+            holder.rollback()  # the long read ends
         assert ask(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
             "WHERE c.relname = 'event_notifications_claimed'"
@@ -558,27 +585,12 @@ def test_the_documented_recovery_of_an_interrupted_index_build(tmp_path):
             (0,)
         ]
         again = manage(env, "migrate")
-        assert again.returncode != 0 and "claimed_by" in again.stderr
+        assert again.returncode != 0 and "claimed_by" in again.stderr  # why the guide's steps
 
-        def column_and_index() -> list[tuple]:
-            return ask(
-                "SELECT 'column' FROM information_schema.columns WHERE table_name = 'event_notifications' "
-                "AND column_name = 'claimed_by' UNION ALL "
-                "SELECT 'index' FROM pg_class WHERE relname = 'event_notifications_claimed'"
-            )
-
-        steps = bash_block("DROP INDEX CONCURRENTLY")
-        assert steps[0] == "sudo -u service-agent service-agent-manage showmigrations delivery"
-        shown = manage(env, "showmigrations", "delivery")
-        assert "[ ] 0003_claimed_by" in shown.stdout, shown.stdout + shown.stderr
-        left = [[("column",)], []]  # after the index is dropped; after the column is
-        for line in steps[1:-1]:
-            assert line.startswith("sudo -u postgres psql service_agent -c ")
-            command = line.replace("sudo -u postgres psql service_agent ", f"psql {url} ", 1)
-            done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=False)
-            assert done.returncode == 0, done.stderr
-            assert column_and_index() == left.pop(0)
-        assert steps[-1] == "sudo -u service-agent service-agent-manage migrate"
+        for line, left in zip(steps[1:3], ([("column",)], []), strict=True):
+            run_psql(line)
+            assert column_and_index() == left  # the index first, then the column
+        assert steps[3] == "sudo -u service-agent service-agent-manage migrate"
         assert manage(env, "migrate").returncode == 0
         assert ask(
             "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
@@ -598,6 +610,7 @@ def test_every_command_of_the_guide_runs_somewhere():
         "sudo -u service-agent service-agent-manage backup",
         "sudo -u service-agent service-agent-manage migrate",
         "sudo -u service-agent service-agent-manage showmigrations delivery",
+        'sudo -u postgres psql service_agent -c "SELECT pg_cancel_backend(pid)',
         "sudo -u postgres psql service_agent -c 'DROP INDEX CONCURRENTLY",
         "sudo -u postgres psql service_agent -c 'ALTER TABLE event_notifications DROP COLUMN",
         "sudo -u service-agent rm -f",
