@@ -129,8 +129,8 @@ class Notification(models.Model):
                 name="event_notifications_open",
             ),
             # The watchdog: the claims held now, by session (what the delivery loops have claimed
-            # and not recorded: up to DELIVERY_CLAIM_AHEAD × DELIVERY_CONCURRENCY per worker process), and
-            # claims whose lease ended before anyone claimed them again.
+            # and not recorded: up to DELIVERY_CLAIM_AHEAD × DELIVERY_CONCURRENCY per worker
+            # process), and claims whose lease ended before anyone claimed them again.
             models.Index(
                 fields=["claimed_by"],
                 condition=Q(locked_until__isnull=False),
