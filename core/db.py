@@ -729,17 +729,18 @@ def _statement(
     return sql, fields
 
 
-def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_conflicts: bool = False) -> None:
+def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_conflicts: bool = False) -> int:
     """INSERT rows given as {field name: Python value} with one prepared statement run for each
     row (executemany): for batches nobody reads back, with no instance made per row. A field a
     row leaves out takes its model default. With `ignore_conflicts`, a row that breaks a unique
-    constraint is skipped (ON CONFLICT DO NOTHING, as bulk_create's ignore_conflicts).
+    constraint is skipped (ON CONFLICT DO NOTHING, as bulk_create's ignore_conflicts). Returns
+    how many rows were inserted.
 
     A value object repeated across rows (one event's envelope for each of its subscriptions, one
     timestamp for all) is prepared once: JSON is dumped once, not once per row."""
     rows = list(rows)  # every value object stays alive for the whole call (the cache below)
     if not rows:
-        return
+        return 0
     conn = connections[DEFAULT_DB_ALIAS]
     fields = [f for f in model._meta.concrete_fields if not isinstance(f, AutoFieldMixin)]
     quote = conn.ops.quote_name
@@ -771,3 +772,4 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
     params = [[value(field, row) for field in fields] for row in rows]
     with conn.cursor() as cursor:
         cursor.executemany(sql, params)
+        return cursor.rowcount  # the sum over the rows (sqlite3, psycopg 3.1+)

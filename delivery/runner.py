@@ -26,6 +26,7 @@ from delivery.selectors import notifications_due_exist
 from delivery.senders import send, send_nats_many, webhook_request, webhook_result
 from delivery.services import (
     ClaimedNotification,
+    ClaimOffer,
     SendResult,
     longest_try_ms,
     notifications_claim,
@@ -106,6 +107,8 @@ class Deliverer:
         self._trying = 0  # tries out now
         self._nats_threads: ThreadPoolExecutor | None = None  # made on the first NATS batch
         self._stopping = False
+        # Offers made to the fan-out and not yet settled (offers_done).
+        self._offers: list[_Offer] = []
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
         self._unsure_logged_at = -UNSURE_LOG_SECONDS
@@ -119,28 +122,86 @@ class Deliverer:
             self._note_unsure()
         claim = session is not None and self.may_claim() and notifications_due_exist()
         ready = self._take_ready()
-        with self._lock:
-            room = self.claim_ahead * self.concurrency - self.in_flight + len(ready)  # the recorded make room
-            busy = Counter(self.in_flight_by_subscription)
-        busy.subtract(n.subscription_id for n, _ in ready)
-        limit = min(room, self.batch_size) if claim and room > 0 else 0
         claimed: list[ClaimedNotification] = []
         try:
-            if ready or limit:
-                claimed = self._write(ready, limit=limit, busy=+busy, session=session or "")
+            if ready or claim:
+                claimed = self._write(ready, claim=claim, session=session or "")
         finally:
             self._release(ready)
-        if claimed:
-            # Webhooks one per thread; NATS together, one publish batch (delivery/senders.py).
-            nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
-            tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
-            with self._lock:
-                self.in_flight += len(claimed)
-                self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
-                self._waiting.extend([nats, *tries] if nats else tries)
         if self._waiting:  # claimed now, or left waiting while the session was unsure
             self._start_tries()
         return len(ready) + len(claimed)
+
+    def _wait_for_start(self, claimed: list[ClaimedNotification]) -> None:
+        """Queue claimed notifications for their tries (lock held): webhooks one try each, a
+        claim's NATS notifications one publish batch (delivery/senders.py)."""
+        nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
+        tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
+        self._waiting.extend([nats, *tries] if nats else tries)
+
+    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, Counter[uuid.UUID]]:
+        """How many to claim now, and what each subscription has claimed (less `ready`, which is
+        being recorded): the room is held until the claim is made, so that an offer to the
+        fan-out meanwhile sees it taken."""
+        with self._lock:
+            room = self.claim_ahead * self.concurrency - self.in_flight + len(ready)  # the recorded make room
+            limit = min(room, self.batch_size) if room > 0 else 0
+            self.in_flight += limit
+            busy = Counter(self.in_flight_by_subscription)
+        busy.subtract(n.subscription_id for n, _ in ready)
+        return limit, +busy
+
+    def offer(self) -> ClaimOffer | None:
+        """Room for the notifications a fan-out in this process makes (delivery.services
+        .notifications_fan_out): the heads it reserves are made claimed for this loop's session
+        and taken when the fan-out commits; `offers_done` gives back what was not taken and
+        starts the taken. None while the session is unsure or the loop stopping."""
+        session = self.session()
+        if session is None or self._stopping:
+            return None
+        offer = _Offer(self, session)
+        with self._lock:
+            self._offers.append(offer)
+        return offer
+
+    def _reserve(self, offer: _Offer, subscription_id: uuid.UUID) -> bool:
+        with self._lock:
+            if self._stopping or offer.settled or self.in_flight >= self.claim_ahead * self.concurrency:
+                return False
+            if self._claim_cap is not None and self.in_flight_by_subscription[subscription_id] >= self._claim_cap:
+                return False
+            self.in_flight += 1
+            self.in_flight_by_subscription[subscription_id] += 1
+            offer.reserved[subscription_id] += 1
+            return True
+
+    def _take(self, offer: _Offer, claimed: list[ClaimedNotification]) -> None:
+        """On the fan-out's commit: its reserved room now holds these claims (or, should the
+        commit come after offers_done gave the room back, they are counted again)."""
+        with self._lock:
+            if offer.settled:
+                self.in_flight += len(claimed)
+                self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
+            else:
+                offer.reserved.subtract(n.subscription_id for n in claimed)
+            self._wait_for_start(claimed)
+
+    def offers_done(self) -> None:
+        """After the dispatch that asked for offers (committed or not): the room reserved and not
+        taken is given back, and the taken tries start (or, should the loop be stopping, are given
+        back untried)."""
+        with self._lock:
+            for offer in self._offers:
+                offer.settled = True
+                left = +offer.reserved
+                self.in_flight -= left.total()
+                self.in_flight_by_subscription.subtract(left)
+            self.in_flight_by_subscription += Counter()  # drop the zeros
+            self._offers.clear()
+        if self._stopping:
+            self._give_back_waiting()
+        elif self._waiting:
+            self._start_tries()
 
     def _next_try(self, session: str) -> list[ClaimedNotification] | None:
         """The first waiting try whose subscriptions have a thread to spare (lock held). A try
@@ -308,7 +369,7 @@ class Deliverer:
         ready = self._take_ready()
         try:
             if ready:
-                self._write(ready, limit=0, busy=Counter(), session="")
+                self._write(ready, claim=False, session="")
         finally:
             self._release(ready)
         return len(ready)
@@ -331,45 +392,49 @@ class Deliverer:
             self.in_flight_by_subscription += Counter()  # drop the zeros
 
     def _write(
-        self,
-        ready: list[tuple[ClaimedNotification, SendResult]],
-        *,
-        limit: int,
-        busy: Counter[uuid.UUID],
-        session: str,
+        self, ready: list[tuple[ClaimedNotification, SendResult]], *, claim: bool, session: str
     ) -> list[ClaimedNotification]:
-        """Record `ready` and claim up to `limit` in one write transaction: every write a
-        transaction, its turn and SQLite's lock, is paid once for both (a busy loop recorded and
-        claimed many times a second). Should the claim fail, the results are still recorded, on
-        their own, before the failure goes up: an unrecorded try would be sent again after its
-        lease."""
+        """Record `ready` and, with `claim`, claim what is due and fits in one write transaction:
+        every write a transaction, its turn and SQLite's lock, is paid once for both (a busy loop
+        recorded and claimed many times a second). Should the claim fail, the results are still
+        recorded, on their own, before the failure goes up: an unrecorded try would be sent again
+        after its lease."""
         try:
-            return self._write_once(ready, limit=limit, busy=busy, session=session)
+            return self._write_once(ready, claim=claim, session=session)
         except Exception:
-            if not (ready and limit):
+            if not (ready and claim):
                 raise
-            self._write_once(ready, limit=0, busy=busy, session=session)
+            self._write_once(ready, claim=False, session=session)
             raise
 
     def _write_once(
-        self,
-        ready: list[tuple[ClaimedNotification, SendResult]],
-        *,
-        limit: int,
-        busy: Counter[uuid.UUID],
-        session: str,
+        self, ready: list[tuple[ClaimedNotification, SendResult]], *, claim: bool, session: str
     ) -> list[ClaimedNotification]:
         """`_write`'s transaction, tried again after a transient failure (a deadlock another
-        cluster's transaction broke, a busy database)."""
+        cluster's transaction broke, a busy database). The claim's room is reckoned and held once
+        the write's turn came (the write guard): the fan-out of this process's dispatcher, which
+        takes room too (offer), writes in turn with it, so the two never take the same room."""
         for attempt in range(RECORD_TRIES):
             try:
-                with self.write_guard(), transaction.atomic():
-                    notifications_record(results=ready)
-                    if not limit:
-                        return []
-                    return notifications_claim(
-                        limit=limit, in_flight=busy, per_subscription=self._claim_cap, claimed_by=session
-                    )
+                with self.write_guard():
+                    limit, busy = self._hold_room(ready) if claim else (0, Counter())
+                    if not (ready or limit):
+                        return []  # no room: nothing to write
+                    claimed: list[ClaimedNotification] = []
+                    try:
+                        with transaction.atomic():
+                            notifications_record(results=ready)
+                            if limit:
+                                made = notifications_claim(
+                                    limit=limit, in_flight=busy, per_subscription=self._claim_cap, claimed_by=session
+                                )
+                        claimed = made if limit else []
+                    finally:
+                        with self._lock:  # the held room now holds what was claimed
+                            self.in_flight += len(claimed) - limit
+                            self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
+                            self._wait_for_start(claimed)
+                    return claimed
             except DatabaseError:
                 if attempt == RECORD_TRIES - 1:
                     raise
@@ -377,6 +442,26 @@ class Deliverer:
                 close_old_connections()
                 time.sleep(0.05 * (attempt + 1))
         return []  # not reached: the last try returns or raises
+
+    def _give_back_waiting(self) -> None:
+        """The claimed tries no thread started yet, given back (due again at once, for another
+        loop)."""
+        with self._lock:
+            cancelled = [notification for batch in self._waiting for notification in batch]
+            self._waiting.clear()
+            self.in_flight -= len(cancelled)
+            self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
+            self.in_flight_by_subscription += Counter()  # drop the zeros
+        if cancelled:
+            try:
+                with self.write_guard():
+                    notifications_release(notifications=cancelled)
+            except Exception:  # left to their lease; the tries out are still waited for
+                logger.exception("giving back %d untried deliveries failed", len(cancelled))
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
 
     def idle(self) -> bool:
         with self._lock:
@@ -390,18 +475,7 @@ class Deliverer:
         surely over, or its lease ends."""
         with self._lock:
             self._stopping = True
-            cancelled = [notification for batch in self._waiting for notification in batch]
-            self._waiting.clear()
-        if cancelled:
-            with self._lock:
-                self.in_flight -= len(cancelled)
-                self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
-                self.in_flight_by_subscription += Counter()  # drop the zeros
-            try:
-                with self.write_guard():
-                    notifications_release(notifications=cancelled)
-            except Exception:  # left to their lease; the tries out are still waited for
-                logger.exception("giving back %d untried deliveries failed", len(cancelled))
+        self._give_back_waiting()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
@@ -421,6 +495,22 @@ class Deliverer:
             )
         if self._nats_threads is not None:
             self._nats_threads.shutdown(wait=False)
+
+
+class _Offer:
+    """One fan-out's room in a Deliverer (Deliverer.offer; delivery.services.ClaimOffer)."""
+
+    def __init__(self, deliverer: Deliverer, session: str) -> None:
+        self.deliverer = deliverer
+        self.session = session
+        self.reserved: Counter[uuid.UUID] = Counter()  # held and not yet taken
+        self.settled = False  # offers_done gave back what was not taken
+
+    def reserve(self, subscription_id: uuid.UUID) -> bool:
+        return self.deliverer._reserve(self, subscription_id)
+
+    def take(self, claimed: list[ClaimedNotification]) -> None:
+        self.deliverer._take(self, claimed)
 
 
 def deliver_now(*, limit: int = 100) -> int:

@@ -4,6 +4,7 @@ each notification's state as it is tried (docs/events.md)."""
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import random
 import secrets
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -325,12 +326,32 @@ class FanoutEvent:
     created_at: datetime
 
 
-def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
+class ClaimOffer(Protocol):
+    """A delivery loop's room for notifications claimed as the fan-out makes them
+    (delivery.runner.Deliverer.offer): the heads of their queues go to its tries without a claim
+    of their own, so a burst's first deliveries never wait for the loop's next write."""
+
+    session: str  # the worker session the claims are made for (the watchdog's, as any claim's)
+
+    def reserve(self, subscription_id: uuid.UUID) -> bool:
+        """Room for one more of this subscription's notifications (taken if there is)."""
+
+    def take(self, claimed: list[ClaimedNotification]) -> None:
+        """The claimed, once the transaction that made them committed (never before: a try of a
+        row that was rolled back would be a delivery of nothing)."""
+
+
+def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | None = None) -> int:
     """One notification per (event × matching subscription): the event's tenant's and the
     operator-wide ones, of a matching type, created at or before the event. Disabled ones too:
     the claim skips them, so their notifications wait until they are enabled again (or recovered).
     Idempotent (the pair is unique), so a redelivered event makes nothing twice. Returns how
-    many were made."""
+    many were made.
+
+    With `offer`, the new notifications that head their (subscription, call) queue are made
+    claimed for the offering loop's session, as many as it has room for, and handed to it when
+    the transaction commits; the others are made due, for any loop's claim (docs/events.md,
+    "Handed over at the fan-out")."""
     if not events:
         return 0
     subscriptions = _fan_out_subscriptions(sorted({event.envelope["tenantId"] for event in events}))
@@ -359,8 +380,79 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent]) -> int:
     # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
     # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
     with transaction.atomic(savepoint=False):
-        insert_many(Notification, rows=rows, ignore_conflicts=True)
+        handed = _hand_over(rows, offer, now) if offer is not None and rows else []
+        made = insert_many(Notification, rows=rows, ignore_conflicts=True)
+        if handed:
+            if made != len(rows):  # a redelivered event: only the rows made now are claimed
+                handed = _existing(handed)
+            transaction.on_commit(functools.partial(offer.take, handed))
     return len(rows)
+
+
+def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> list[ClaimedNotification]:
+    """Of `rows` (in event order), those to make claimed for `offer`, marked so: each the first
+    new notification of its (subscription, call), whose queue holds no open one already, of an
+    enabled subscription, while the offer has room. The others wait their turn in the queue, or
+    in any loop's claim, as every notification did before."""
+    subscription_ids = {row["subscription_id"] for row in rows}
+    enabled = {
+        subscription.subscription_id: subscription
+        for subscription in rows_by_key(Subscription, keys=sorted(subscription_ids))
+        if subscription.enabled
+    }
+    if not enabled:
+        return []
+    aggregate_ids = sorted({uuid.UUID(str(row["aggregate_id"])) for row in rows})
+    # The queues with an open notification: their new ones wait behind it (index-only walk of
+    # event_notifications_open).
+    waiting = {
+        (db_uuid(subscription_id), db_uuid(aggregate_id))
+        for subscription_id, aggregate_id in sql_query(
+            "SELECT {n.subscription}, {n.aggregate_id} FROM {n} WHERE {n.next_attempt_at} IS NOT NULL "
+            f"AND {{n.subscription}} IN ({', '.join(['%s'] * len(enabled))}) "
+            f"AND {{n.aggregate_id}} IN ({', '.join(['%s'] * len(aggregate_ids))})",
+            [*enabled, *aggregate_ids],
+            n=Notification,
+        )
+    }
+    lease_until = now + lease_length()
+    handed: list[ClaimedNotification] = []
+    for row in rows:
+        queue = (row["subscription_id"], uuid.UUID(str(row["aggregate_id"])))
+        if queue in waiting:
+            continue
+        waiting.add(queue)  # this call's later events wait behind this one
+        subscription = enabled.get(row["subscription_id"])
+        if subscription is None or not offer.reserve(subscription.subscription_id):
+            continue
+        row.update(locked_until=lease_until, next_attempt_at=lease_until, claimed_by=offer.session or None)
+        handed.append(
+            ClaimedNotification(
+                pk=row["notification_id"],
+                subscription=subscription,
+                envelope=row["envelope"],
+                attempts=0,
+                step=0,
+                manual=False,
+                event_created_at=row["event_created_at"],
+                lease_until=lease_until,
+                claimed_by=offer.session,
+            )
+        )
+    return handed
+
+
+def _existing(claimed: list[ClaimedNotification]) -> list[ClaimedNotification]:
+    """Those of `claimed` whose row exists (was made now, not skipped as a redelivered pair)."""
+    keys = {
+        db_uuid(pk)
+        for (pk,) in sql_query(
+            f"SELECT {{n.notification_id}} FROM {{n}} WHERE {{n.notification_id}} IN ({', '.join(['%s'] * len(claimed))})",
+            [notification.pk for notification in claimed],
+            n=Notification,
+        )
+    }
+    return [notification for notification in claimed if notification.pk in keys]
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from django.db import close_old_connections, connection
 
 from core.db import urgent_writes
 from core.ids import utcnow
+from delivery.fanout import NotificationSink
 from delivery.runner import Deliverer
 from delivery.services import nats_subscription_ensure, notifications_delete_before
 from execution.outcomes import ErrorKind, Outcome
@@ -44,6 +45,7 @@ from orchestration.selectors import service_calls_overdue, service_calls_overdue
 from orchestration.services import CallKey
 from outbox.dispatcher import dispatch_batch
 from outbox.services import outbox_delete_published_before
+from outbox.sinks import configured_sinks
 from schedules.services import BATCH as SCHEDULES_BATCH
 from schedules.services import schedules_materialize
 from timer.scheduler import NearTermScheduler
@@ -223,6 +225,9 @@ class Engine:
             write_guard=self.gate.urgent,
         )
         self.flow = FlowLoop(self._start_held, on_run=self._record_run)
+        # The delivery loop's (_delivery_loop), to which the dispatcher of this process hands the
+        # heads its fan-out makes (_dispatch_loop); a new one whenever that loop starts again.
+        self.deliverer = self._new_deliverer()
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property
@@ -523,14 +528,24 @@ class Engine:
             # Behind (its last batch was full): ahead of the other writers but the timer, as
             # every delivery waits for its fan-out; caught up, in turn with them.
             guard = self.gate.early if published >= limit else self.gate.slot
+            # The fan-out makes the heads it can claimed for this process's delivery loop, which
+            # takes them as the batch commits: an event's first tries start with its fan-out,
+            # not at the loop's next poll and write.
+            deliverer = self.deliverer
+            sinks = tuple(
+                NotificationSink(offer=deliverer.offer) if isinstance(sink, NotificationSink) else sink
+                for sink in configured_sinks()
+            )
             try:
-                published = dispatch_batch(limit=limit, write_guard=guard)
+                published = dispatch_batch(limit=limit, write_guard=guard, sinks=sinks)
             except Exception as exc:
                 logger.exception("outbox dispatch failed")
                 self._record_run("dispatch", started=started, items=0, error=exc)
                 close_old_connections()
                 self.stop_event.wait(1.0)
                 continue
+            finally:
+                deliverer.offers_done()
             self._record_run("dispatch", started=started, items=published)
             if published < limit:
                 # Caught up: let events gather for one poll interval rather than take the
@@ -542,14 +557,9 @@ class Engine:
         """Notifications to subscribers (docs/events.md): claimed, tried on the deliverer's own
         threads, recorded as they come back."""
         idle = settings.DELIVERY_POLL_INTERVAL_MS / 1000
-        deliverer = Deliverer(
-            concurrency=settings.DELIVERY_CONCURRENCY,
-            batch_size=settings.DELIVERY_BATCH_SIZE,
-            per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
-            write_guard=self.gate.slot,
-            may_claim=self._may_deliver,
-            session=self.keeper.surely_alive,
-        )
+        if self.deliverer.stopping:  # this loop ran before and stopped on an error: a fresh one
+            self.deliverer = self._new_deliverer()
+        deliverer = self.deliverer
         try:
             while not self.stop_event.is_set():
                 started = time.monotonic()
@@ -572,6 +582,18 @@ class Engine:
             # after its lease.
             left = self._stop_deadline - time.monotonic()
             deliverer.stop(timeout=max(0.0, min(DELIVERY_STOP_SECONDS, left)))
+
+    def _new_deliverer(self) -> Deliverer:
+        """Notifications to subscribers (docs/events.md): claimed (or handed over by the fan-out),
+        tried on the deliverer's own threads, recorded as they come back."""
+        return Deliverer(
+            concurrency=settings.DELIVERY_CONCURRENCY,
+            batch_size=settings.DELIVERY_BATCH_SIZE,
+            per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
+            write_guard=self.gate.slot,
+            may_claim=self._may_deliver,
+            session=self.keeper.surely_alive,
+        )
 
     def _may_deliver(self) -> bool:
         """The events home delivers whenever notifications are due; every other engine only

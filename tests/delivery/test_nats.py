@@ -152,7 +152,7 @@ def stream_messages(stream: str) -> list:
                 messages.append(msg)
         try:
             extra = await sub.fetch(batch=1, timeout=0.3)
-        except nats.errors.TimeoutError:
+        except (nats.errors.TimeoutError, TimeoutError):  # nats-py raises either when none comes
             extra = []
         return messages + extra
 
@@ -516,7 +516,9 @@ async def _messages(js: JetStreamContext, stream: str, prefix: str) -> list:
     try:
         while True:
             messages += await sub.fetch(batch=100, timeout=1)
-    except nats.errors.TimeoutError:
+    # nats-py raises its own TimeoutError, or asyncio's when its deadline ran out between the
+    # two requests of a fetch (a loaded machine): either way no more messages came.
+    except (nats.errors.TimeoutError, TimeoutError):
         pass
     await sub.unsubscribe()
     return messages
