@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 from bench.common import PYTHON, ROOT, Child, Children, cpu_seconds, group_pids, log, summary_ms, wait_until
 
 LATENESS_TENANT = "bench-lateness"
+STEADY_TENANT = "bench-steady"
 DRAIN_TENANT = "bench-drain"
 WARMUP_TENANT = "bench-warmup"
 # The due window (profiled, CPU counted) opens this long before the first due time.
@@ -252,6 +253,35 @@ def drain(
     if delivery is not None:
         result["delivery"] = {**delivery.measure(tenant), "all_succeeded_in_db": delivered}
         delivery.finish()
+    return result
+
+
+def steady(
+    *, url: str, count: int, spread: float, lead: float, delivery: Delivery, tenant: str = STEADY_TENANT
+) -> dict:
+    """Event delivery at an even pace, the load of an ordinary day: `count` calls of `tenant`
+    due uniformly over `spread` seconds, their events (Running, Succeeded/Failed) to the same
+    subscribers as the drain's; per subscriber kind, created → received as the drain measures it."""
+    ensure_tenant(tenant)
+    delivery.make_stream()
+    lead = lead_for(count, submit_ms_per_call(url), lead)
+    now = time.time()
+    dues = [now + lead + spread * index / max(1, count - 1) for index in range(count)]
+    log(f"agent steady delivery: {count} calls due over {spread:.0f}s from +{lead:.1f}s")
+    submit = _submit(tenant, url, dues, "steady")
+    delivery.subscribe(tenant)
+    _sleep_until(dues[0] - WINDOW_MARGIN)
+    finished = _wait_terminal(tenant, count, timeout=max(0.0, dues[-1] - time.time()) + 60)
+    _wait_published(tenant, timeout=60)
+    delivered = delivery.wait_delivered(timeout=DELIVERY_TIMEOUT)
+    result = {
+        "calls": count,
+        "spread_s": spread,
+        "terminal": finished,
+        "submission": submit,
+        "delivery": {**delivery.measure(tenant), "all_succeeded_in_db": delivered},
+    }
+    delivery.finish()
     return result
 
 

@@ -69,6 +69,8 @@ FULL = {
     "djq_wait": 75.0,
     "drain": 2000,
     "drain_lead": 5.0,
+    "steady": 200,
+    "steady_spread": 10.0,
     "celery_drain": 2000,
     "djq_drain": 500,
     "bare": 2000,
@@ -92,6 +94,8 @@ QUICK = {
     "djq_lateness": 0,
     "drain": 300,
     "drain_lead": 2.0,
+    "steady": 60,
+    "steady_spread": 3.0,
     "celery_drain": 300,
     "djq_drain": 100,
     "bare": 300,
@@ -223,6 +227,13 @@ class Run:
             for profiler in profilers:
                 profiler.stop()
             self.results["agent"].setdefault("cpu_seconds", {})[name] = cpu_seconds(pids) - cpu_before
+            # A worker process replaced during the window (django-q2 respawns one that died) takes
+            # its CPU time along, and its replacement's is not counted: the figure is too low.
+            now = {pid for cluster in clusters for pid in group_pids(cluster.proc.pid)}
+            if set(pids) != now:
+                gone, new = sorted(set(pids) - now), sorted(now - set(pids))
+                log(f"{name}: worker processes changed during the window (gone {gone}, new {new})")
+                self.results["agent"].setdefault("replaced_processes", {})[name] = {"gone": gone, "new": new}
 
     def agent_phase(self) -> None:
         try:
@@ -251,6 +262,8 @@ class Run:
                     spread=s["lateness_spread"],
                     window=lambda: self.profiled("lateness", workers),
                 )
+            if "drain" in self.only and self.delivery is not None:
+                self.phase("steady", self.steady_delivery)
             if "drain" in self.only:
                 self.results["agent"]["drain"] = agent.drain(
                     url=self.target_url,
@@ -276,6 +289,17 @@ class Run:
                 )
         finally:
             self.children.stop(workers)
+
+    def steady_delivery(self) -> None:
+        """Before the burst: the drain's subscribers receive the events of calls due at an even
+        pace (an ordinary day's load), for another tenant."""
+        self.results["agent"]["steady"] = agent.steady(
+            url=self.target_url,
+            count=self.sizes["steady"],
+            spread=self.sizes["steady_spread"],
+            lead=self.sizes["drain_lead"],
+            delivery=self.delivery,
+        )
 
     def drain_without_subscribers(self, workers: Child) -> None:
         """The same drain for a tenant nobody subscribes to: the calls' own cost and rate, as
@@ -625,6 +649,19 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 ("yes" if missing == 0 else f"NO ({missing:,} missing)") + scope,
                 target=verdict(missing == 0, "all of them"),
             )
+        steady = get(a, "steady", "delivery")
+        if steady:
+            pace = a["steady"]["calls"] / a["steady"]["spread_s"]
+            add(
+                f"steady {pace:.0f} calls/s: events × subscribers (n)",
+                f"{steady['events']} × {len(steady['subscribers'])}",
+            )
+            for key, label in (("webhooks", "webhooks"), ("nats", "NATS")):
+                p50, p99 = get(steady, key, "lag_ms", "p50"), get(steady, key, "lag_ms", "p99")
+                measured = p99 is not None and not math.isnan(p99)
+                add(f"steady: delivery lag p50 / p99, {label} (ms)", f"{fmt(p50)} / {fmt(p99)}" if measured else None)
+            missing = steady["missing"]
+            add("steady: every event reached every subscriber", "yes" if missing == 0 else f"NO ({missing:,} missing)")
         plain = a.get("drain_plain")
         if plain:
             rate_plain = plain.get("rate_terminal")
@@ -820,6 +857,11 @@ def render(results: dict) -> str:
                 f"publication (notifications {open_states}); its window, and so its CPU per drained call, "
                 f"ran until that timeout"
             )
+    for name, change in (get(results, "agent", "replaced_processes") or {}).items():
+        notes.append(
+            f"{name}: worker processes changed during its window (gone {change['gone']}, new {change['new']}): "
+            "its CPU figures count only the processes there from start to end"
+        )
     for name, reason in results["skipped"].items():
         notes.append(f"skipped {name}: {reason}")
     for name, error in results["errors"].items():
