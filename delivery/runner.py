@@ -177,7 +177,9 @@ class Deliverer:
 
     def _take(self, offer: _Offer, claimed: list[ClaimedNotification]) -> None:
         """On the fan-out's commit: its reserved room now holds these claims (or, should the
-        commit come after offers_done gave the room back, they are counted again)."""
+        commit come after offers_done gave the room back, they are counted again). A loop that
+        stopped meanwhile gives them back at the next offers_done or, the engine's dispatch
+        having ended, leaves them to the watchdog once its session ends, as any claim."""
         with self._lock:
             if offer.settled:
                 self.in_flight += len(claimed)

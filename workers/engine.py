@@ -532,20 +532,21 @@ class Engine:
             # takes them as the batch commits: an event's first tries start with its fan-out,
             # not at the loop's next poll and write.
             deliverer = self.deliverer
-            sinks = tuple(
-                NotificationSink(offer=deliverer.offer) if isinstance(sink, NotificationSink) else sink
-                for sink in configured_sinks()
-            )
             try:
-                published = dispatch_batch(limit=limit, write_guard=guard, sinks=sinks)
+                sinks = tuple(
+                    NotificationSink(offer=deliverer.offer) if isinstance(sink, NotificationSink) else sink
+                    for sink in configured_sinks()
+                )
+                try:
+                    published = dispatch_batch(limit=limit, write_guard=guard, sinks=sinks)
+                finally:
+                    deliverer.offers_done()  # the room not taken back at once, the taken tried
             except Exception as exc:
                 logger.exception("outbox dispatch failed")
                 self._record_run("dispatch", started=started, items=0, error=exc)
                 close_old_connections()
                 self.stop_event.wait(1.0)
                 continue
-            finally:
-                deliverer.offers_done()
             self._record_run("dispatch", started=started, items=published)
             if published < limit:
                 # Caught up: let events gather for one poll interval rather than take the

@@ -100,8 +100,8 @@ def test_only_what_the_loop_has_room_for_is_handed_and_the_rest_is_claimed_as_be
     with receiving() as receiver:
         busy = make_subscription(url=receiver.url("/ok"))[0]
         other = make_subscription(url=receiver.url("/ok"), name="other")[0]
-        # Room for 4 in all, 2 of one subscription: 6 heads made, 4 handed (2 each).
-        deliverer = Deliverer(concurrency=4, batch_size=4, per_subscription=2, session=lambda: SESSION)
+        # Room for 8 in all, 2 of one subscription: 6 heads made, 4 handed (2 each).
+        deliverer = Deliverer(concurrency=8, batch_size=8, per_subscription=2, session=lambda: SESSION)
         try:
             notifications_fan_out(events=[_event(new_id(), n) for n in range(3)], offer=deliverer.offer())
             handed = Notification.objects.filter(claimed_by=SESSION)
@@ -109,6 +109,7 @@ def test_only_what_the_loop_has_room_for_is_handed_and_the_rest_is_claimed_as_be
             assert {n.subscription_id for n in handed} == {busy.pk, other.pk}
             assert handed.filter(subscription=busy).count() == 2
             assert deliverer.in_flight == 4 and deliverer.in_flight_by_subscription[busy.pk] == 2
+            assert deliverer.in_flight_by_subscription[other.pk] == 2
             due = Notification.objects.filter(claimed_by=None, locked_until=None, next_attempt_at__lte=utcnow())
             assert due.count() == 2
             deliverer.offers_done()
@@ -224,6 +225,7 @@ def test_after_a_failed_batch_only_the_events_published_one_by_one_are_handed(tr
     assert {(n.aggregate_id, n.event_type) for n in handed} == {(c.pk, "ServiceCallSubmitted") for c in calls}
     assert Notification.objects.count() == 4
     assert deliverer.in_flight == 4  # the rolled-back batch's room is held until the dispatch ends
+    assert sum(len(batch) for batch in deliverer._waiting) == 2  # the rolled-back hand-over never came
     deliverer.stop(timeout=0)  # before offers_done starts the tries: given back untried
     deliverer.offers_done()  # the rolled-back batch's room comes back
     assert deliverer.in_flight == 0 and not deliverer.in_flight_by_subscription
@@ -239,19 +241,44 @@ def test_a_claim_waiting_for_its_write_turn_counts_what_an_offer_took_meanwhile(
         notifications_fan_out(events=[_event(new_id(), n)])
     turn = threading.Lock()
     deliverer = Deliverer(concurrency=8, batch_size=8, per_subscription=2, write_guard=lambda: turn)
-    with turn:  # the dispatcher's turn: the loop's step waits for it
-        stepping = threading.Thread(target=deliverer.step)
-        stepping.start()
-        time.sleep(0.2)
-        notifications_fan_out(events=[_event(new_id(), 10), _event(new_id(), 11)], offer=deliverer.offer())
-        assert deliverer.in_flight_by_subscription[subscription.pk] == 2  # its share, handed
-    stepping.join(5)
+    claims, stepped = [], []
+    real_claim = runner.notifications_claim
+
+    def claim(**kwargs):
+        claims.append(dict(kwargs["in_flight"]))
+        return real_claim(**kwargs)
+
+    runner.notifications_claim = claim
     try:
-        assert deliverer.in_flight_by_subscription[subscription.pk] == 2  # the claim took none more
+        with turn:  # the dispatcher's turn: the loop's step waits for it
+            stepping = threading.Thread(target=lambda: stepped.append(deliverer.step()))
+            stepping.start()
+            time.sleep(0.2)
+            notifications_fan_out(events=[_event(new_id(), 10), _event(new_id(), 11)], offer=deliverer.offer())
+            assert deliverer.in_flight_by_subscription[subscription.pk] == 2  # its share, handed
+        stepping.join(5)
+        assert not stepping.is_alive() and stepped == [0]  # the step ran, and claimed none
+        assert claims == [{subscription.pk: 2}]  # it saw what the offer took
+        assert deliverer.in_flight_by_subscription[subscription.pk] == 2
         assert Notification.objects.filter(locked_until__isnull=False).count() == 2
     finally:
+        runner.notifications_claim = real_claim
         deliverer.offers_done()
         deliverer.stop(timeout=0)
+
+
+def test_a_hand_over_committed_after_its_dispatch_ended_is_still_counted(transactional_db, world):
+    """Should a dispatch run inside a caller's transaction, its fan-out commits after
+    offers_done gave the room back: the tries are counted again, never lost from the count."""
+    make_subscription()
+    deliverer = Deliverer(concurrency=8, batch_size=8, session=lambda: SESSION)
+    with transaction.atomic():
+        notifications_fan_out(events=[_event(new_id(), 1), _event(new_id(), 2)], offer=deliverer.offer())
+        deliverer.offers_done()
+        assert deliverer.in_flight == 0
+    assert deliverer.in_flight == 2 == sum(len(batch) for batch in deliverer._waiting)
+    deliverer.stop(timeout=0)
+    assert deliverer.in_flight == 0
 
 
 def test_the_loops_own_claim_and_an_offer_never_hold_more_than_its_room(transactional_db, world, settings):
