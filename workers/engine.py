@@ -540,7 +540,7 @@ class Engine:
                 try:
                     published = dispatch_batch(limit=limit, write_guard=guard, sinks=sinks)
                 finally:
-                    deliverer.offers_done()  # the room not taken back at once, the taken tried
+                    deliverer.offers_done()  # the room not taken given back at once, the taken tried
             except Exception as exc:
                 logger.exception("outbox dispatch failed")
                 self._record_run("dispatch", started=started, items=0, error=exc)
