@@ -155,12 +155,15 @@ class Deliverer:
         """Room for the notifications a fan-out in this process makes (delivery.services
         .notifications_fan_out): the heads it reserves are made claimed for this loop's session
         and taken when the fan-out commits; `offers_done` gives back what was not taken and
-        starts the taken. None while the session is unsure or the loop stopping."""
+        starts the taken. None while the session is unsure, the loop stopping, or its room all
+        taken (during a burst, most of the time): the fan-out then looks for no heads at all."""
         session = self.session()
         if session is None or self._stopping:
             return None
         offer = _Offer(self, session)
         with self._lock:
+            if self.in_flight >= self.claim_ahead * self.concurrency:
+                return None
             self._offers.append(offer)
         return offer
 

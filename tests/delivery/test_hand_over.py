@@ -172,6 +172,10 @@ def test_no_offer_while_the_session_is_unsure_or_the_loop_stopping(transactional
     stopped = Deliverer(concurrency=8, batch_size=8, session=lambda: SESSION)
     stopped.stop(timeout=0)
     assert stopped.offer() is None
+    full = Deliverer(concurrency=1, batch_size=1, session=lambda: SESSION)
+    full.claim_ahead = 1
+    assert full.offer().reserve(new_id())
+    assert full.offer() is None  # its room all taken: the fan-out looks for no heads
     settled = Deliverer(concurrency=8, batch_size=8, session=lambda: SESSION)
     offer = settled.offer()
     settled.offers_done()
@@ -292,7 +296,7 @@ def test_the_loops_own_claim_and_an_offer_never_hold_more_than_its_room(transact
 
     def claim_and_look(**kwargs):
         offer = deliverer.offer()
-        seen.append(offer.reserve(Notification.objects.first().subscription_id))
+        seen.append(offer is not None and offer.reserve(Notification.objects.first().subscription_id))
         return original(**kwargs)
 
     original = runner.notifications_claim
