@@ -339,6 +339,12 @@ def _adapt(conn: Any, value: Any) -> Any:
     return value
 
 
+def db_param(value: Any) -> Any:
+    """`value` as sql_query passes it: what a raw read of its column gives back, so that many
+    rows read can be compared with a few values made this way rather than each turned back."""
+    return _adapt(connections[DEFAULT_DB_ALIAS], value)
+
+
 def db_uuid(value: Any) -> uuid.UUID:
     """A UUID column's value as read: a UUID on PostgreSQL, 32 hex digits on SQLite."""
     return value if isinstance(value, uuid.UUID) else uuid.UUID(value)

@@ -29,12 +29,14 @@ class SecretUnavailable(RuntimeError):
 
 
 def is_secret_header(name: str) -> bool:
-    return _is_secret_header(name, tuple(settings.SECRET_HEADER_PATTERNS))
+    return secret_header_name(name, tuple(settings.SECRET_HEADER_PATTERNS))
 
 
 @lru_cache(maxsize=1024)
-def _is_secret_header(name: str, patterns: tuple[str, ...]) -> bool:
-    """Remembered per header name and pattern list (every attempt asks for each of its headers)."""
+def secret_header_name(name: str, patterns: tuple[str, ...]) -> bool:
+    """Whether `name` is a secret header under `patterns` (SECRET_HEADER_PATTERNS, read once by
+    a caller that asks for many names). Remembered per header name and pattern list (every
+    attempt asks for each of its headers)."""
     lowered = name.strip().lower()
     if lowered in _EXACT:
         return True

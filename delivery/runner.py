@@ -6,13 +6,14 @@ of the tries out at once, never the others' deliveries (docs/events.md)."""
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import queue
 import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
@@ -99,9 +100,9 @@ class Deliverer:
         self.in_flight = 0
         self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
         self._lock = threading.Lock()
-        # Claimed and not started, in claim order: each entry one try (a webhook) or one
-        # publish batch (a claim's NATS notifications).
-        self._waiting: deque[list[ClaimedNotification]] = deque()
+        # Claimed and not started: each entry one try (a webhook) or one publish batch (a
+        # claim's NATS notifications), started in claim order as their subscriptions have room.
+        self._waiting = _Waiting()
         # Tries out per subscription now (a NATS batch counts once for each of its own).
         self.sending_by_subscription: Counter[uuid.UUID] = Counter()
         self._trying = 0  # tries out now
@@ -136,8 +137,11 @@ class Deliverer:
         """Queue claimed notifications for their tries (lock held): webhooks one try each, a
         claim's NATS notifications one publish batch (delivery/senders.py)."""
         nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
-        tries = [[n] for n in claimed if n.subscription.kind != Subscription.Kind.NATS]
-        self._waiting.extend([nats, *tries] if nats else tries)
+        if nats:
+            self._waiting.add(nats)
+        for notification in claimed:
+            if notification.subscription.kind != Subscription.Kind.NATS:
+                self._waiting.add([notification])
 
     def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, Counter[uuid.UUID]]:
         """How many to claim now, and what each subscription has claimed (less `ready`, which is
@@ -208,29 +212,22 @@ class Deliverer:
         elif self._waiting:
             self._start_tries()
 
-    def _next_try(self, session: str) -> list[ClaimedNotification] | None:
-        """The first waiting try whose subscriptions have a thread to spare (lock held). A try
-        that could no longer finish within its lease, or claimed under another session than
-        `session` (the watchdog found that one dead and gave its claims back), is dropped:
-        another loop may claim it, and two sends of it (the later one after the call's next
-        event) are what the lease is there to prevent; it is due again when its lease ends."""
-        latest_start = utcnow() + timedelta(milliseconds=longest_try_ms())
-        stale: list[int] = []
-        found: int | None = None
-        for index, batch in enumerate(self._waiting):
-            if any(n.lease_until <= latest_start or n.claimed_by != session for n in batch):
-                stale.append(index)
-            elif self.per_subscription is None or all(
-                self.sending_by_subscription[sub] < self.per_subscription for sub in {n.subscription_id for n in batch}
-            ):
-                found = index
-                break
-        taken = None if found is None else self._waiting[found]
-        for index in sorted([*stale, *([] if found is None else [found])], reverse=True):
-            if index != found:
-                self._drop(self._waiting[index])
-            del self._waiting[index]
-        return taken
+    def _next_try(self, session: str, latest_start: datetime) -> list[ClaimedNotification] | None:
+        """The first waiting try in claim order whose subscriptions have a thread to spare (lock
+        held). A try that could no longer finish within its lease (not started by
+        `latest_start`), or claimed under another session than `session` (the watchdog found
+        that one dead and gave its claims back), is dropped: another loop may claim it, and two
+        sends of it (the later one after the call's next event) are what the lease is there to
+        prevent; it is due again when its lease ends."""
+
+        def stale(batch: list[ClaimedNotification]) -> bool:
+            return any(n.lease_until <= latest_start or n.claimed_by != session for n in batch)
+
+        def has_room(subscriptions: tuple[uuid.UUID, ...]) -> bool:
+            limit = self.per_subscription
+            return limit is None or all(self.sending_by_subscription[sub] < limit for sub in subscriptions)
+
+        return self._waiting.take_first(has_room, stale=stale, drop=self._drop)
 
     def _drop(self, batch: list[ClaimedNotification]) -> None:
         """A claimed try left untried (lock held): to its lease, or to the watchdog, which gave it
@@ -253,10 +250,11 @@ class Deliverer:
             if session is None:  # the heartbeat is late: the claims may be given back any moment
                 self._note_unsure()
                 return
+            latest_start = utcnow() + timedelta(milliseconds=longest_try_ms())
             with self._lock:
                 batches = []
                 while not self._stopping and self._trying < self.concurrency:
-                    batch = self._next_try(session)
+                    batch = self._next_try(session, latest_start)
                     if batch is None:
                         break
                     self._trying += 1
@@ -452,8 +450,7 @@ class Deliverer:
         """The claimed tries no thread started yet, given back (due again at once, for another
         loop)."""
         with self._lock:
-            cancelled = [notification for batch in self._waiting for notification in batch]
-            self._waiting.clear()
+            cancelled = [notification for batch in self._waiting.clear() for notification in batch]
             self.in_flight -= len(cancelled)
             self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
             self.in_flight_by_subscription += Counter()  # drop the zeros
@@ -500,6 +497,65 @@ class Deliverer:
             )
         if self._nats_threads is not None:
             self._nats_threads.shutdown(wait=False)
+
+
+class _Waiting:
+    """The claimed tries not started yet, a queue per subscription (a NATS batch's under its
+    subscriptions together), each entry numbered in claim order. Taking the next try looks at
+    each queue's head, not at every waiting try: during a burst most of them wait for their
+    subscription's share, and a try that came back looked past all of them to start the next
+    (bench/README.md, item 22)."""
+
+    def __init__(self) -> None:
+        self._queues: dict[tuple[uuid.UUID, ...], deque[tuple[int, list[ClaimedNotification]]]] = {}
+        self._numbers = itertools.count()
+        self._count = 0
+
+    def add(self, batch: list[ClaimedNotification]) -> None:
+        key = tuple(sorted({n.subscription_id for n in batch}))
+        self._queues.setdefault(key, deque()).append((next(self._numbers), batch))
+        self._count += 1
+
+    def take_first(
+        self,
+        has_room: Callable[[tuple[uuid.UUID, ...]], bool],
+        *,
+        stale: Callable[[list[ClaimedNotification]], bool],
+        drop: Callable[[list[ClaimedNotification]], None],
+    ) -> list[ClaimedNotification] | None:
+        """The earliest claimed head among the queues with room, taken; stale heads met on the
+        way are dropped (one behind a head waits until it heads its queue)."""
+        first: tuple[int, tuple[uuid.UUID, ...]] | None = None
+        for key, entries in list(self._queues.items()):
+            while entries and stale(entries[0][1]):
+                drop(entries.popleft()[1])
+                self._count -= 1
+            if not entries:
+                del self._queues[key]
+            elif (first is None or entries[0][0] < first[0]) and has_room(key):
+                first = (entries[0][0], key)
+        if first is None:
+            return None
+        entries = self._queues[first[1]]
+        _, batch = entries.popleft()
+        if not entries:
+            del self._queues[first[1]]
+        self._count -= 1
+        return batch
+
+    def clear(self) -> list[list[ClaimedNotification]]:
+        """Every waiting try, in claim order, taken."""
+        batches = list(self)
+        self._queues.clear()
+        self._count = 0
+        return batches
+
+    def __iter__(self) -> Iterator[list[ClaimedNotification]]:
+        entries = sorted(entry for queue in self._queues.values() for entry in queue)  # numbers are unique
+        return iter([batch for _, batch in entries])
+
+    def __len__(self) -> int:
+        return self._count
 
 
 class _Offer:

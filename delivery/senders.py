@@ -5,7 +5,6 @@ execution/aio.py), or a NATS JetStream publish acknowledged by the stream (docs/
 from __future__ import annotations
 
 import functools
-import json
 import threading
 import time
 from collections.abc import Sequence
@@ -43,11 +42,6 @@ def send(notification: ClaimedNotification) -> SendResult:
         return SendResult(succeeded=False, started_at=started, error=f"{type(exc).__name__}: {exc}"[:1000])
 
 
-def webhook_body(envelope: dict) -> str:
-    """The POST body: the envelope as compact JSON (what is signed is exactly what is sent)."""
-    return json.dumps(envelope, separators=(",", ":"))
-
-
 def webhook_signature(subscription: Subscription, *, msg_id: str, at: datetime, body: str) -> str:
     """`v1,<base64>`, one per live secret, space-separated: during a rotation the previous
     secret signs too, so receivers may switch whenever they like within the overlap."""
@@ -73,7 +67,7 @@ def webhook_request(notification: ClaimedNotification, started: datetime) -> Htt
     """The signed POST of one webhook try, or its failed result when no secret can sign it
     (a sealing key gone)."""
     subscription = notification.subscription
-    body = webhook_body(notification.envelope)
+    body = notification.body
     msg_id = str(notification.envelope["id"])
     try:
         signature = webhook_signature(subscription, msg_id=msg_id, at=started, body=body)
@@ -185,7 +179,7 @@ def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendRes
                 raise ValueError(f"invalid event id {msg_id!r} for a Nats-Msg-Id")
             message = (
                 subject_for(template, notification.envelope),
-                webhook_body(notification.envelope).encode(),
+                notification.body.encode(),
                 msg_id,
             )
         except Exception as exc:

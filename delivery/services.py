@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import logging
 import random
 import secrets
@@ -19,7 +20,16 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 
-from core.db import db_datetime, db_uuid, insert_many, rows_by_key, sql_execute_many, sql_query, sql_update_returning
+from core.db import (
+    db_datetime,
+    db_param,
+    db_uuid,
+    insert_many,
+    rows_by_key,
+    sql_execute_many,
+    sql_query,
+    sql_update_returning,
+)
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -402,23 +412,25 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
     }
     if not enabled:
         return []
-    aggregate_ids = sorted({uuid.UUID(str(row["aggregate_id"])) for row in rows})
+    aggregates = {aggregate: uuid.UUID(str(aggregate)) for aggregate in {row["aggregate_id"] for row in rows}}
     # The queues with an open notification: their new ones wait behind it (index-only walk of
-    # event_notifications_open).
-    waiting = {
-        (db_uuid(subscription_id), db_uuid(aggregate_id))
-        for subscription_id, aggregate_id in sql_query(
+    # event_notifications_open). Compared as read: the few keys below are made in the columns'
+    # form, not each row read turned back into UUIDs (a burst has many open).
+    waiting = set(
+        sql_query(
             "SELECT {n.subscription}, {n.aggregate_id} FROM {n} WHERE {n.next_attempt_at} IS NOT NULL "
             f"AND {{n.subscription}} IN ({', '.join(['%s'] * len(enabled))}) "
-            f"AND {{n.aggregate_id}} IN ({', '.join(['%s'] * len(aggregate_ids))})",
-            [*enabled, *aggregate_ids],
+            f"AND {{n.aggregate_id}} IN ({', '.join(['%s'] * len(aggregates))})",
+            [*enabled, *sorted(aggregates.values())],
             n=Notification,
         )
-    }
+    )
+    as_read = {key: db_param(key) for key in [*subscription_ids, *aggregates.values()]}
     lease_until = now + lease_length()
     handed: list[ClaimedNotification] = []
+    bodies: dict[int, str] = {}  # by event: rows hold each event's one envelope for every subscriber
     for row in rows:
-        queue = (row["subscription_id"], uuid.UUID(str(row["aggregate_id"])))
+        queue = (as_read[row["subscription_id"]], as_read[aggregates[row["aggregate_id"]]])
         if queue in waiting:
             continue
         waiting.add(queue)  # this call's later events wait behind this one
@@ -426,11 +438,15 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
         if subscription is None or not offer.reserve(subscription.subscription_id):
             continue
         row.update(locked_until=lease_until, next_attempt_at=lease_until, claimed_by=offer.session or None)
+        body = bodies.get(id(row["envelope"]))
+        if body is None:
+            body = bodies[id(row["envelope"])] = event_body(row["envelope"])
         handed.append(
             ClaimedNotification(
                 pk=row["notification_id"],
                 subscription=subscription,
                 envelope=row["envelope"],
+                body=body,
                 attempts=0,
                 step=0,
                 manual=False,
@@ -440,6 +456,12 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
             )
         )
     return handed
+
+
+def event_body(envelope: dict[str, Any]) -> str:
+    """What a subscriber gets of an event: its envelope as compact JSON (a webhook's POST body,
+    signed exactly as sent; a NATS message's data)."""
+    return json.dumps(envelope, separators=(",", ":"))
 
 
 def _existing(claimed: list[ClaimedNotification]) -> list[ClaimedNotification]:
@@ -502,6 +524,7 @@ class ClaimedNotification:
     pk: uuid.UUID
     subscription: Subscription  # loaded once per claim for all its notifications
     envelope: dict[str, Any]
+    body: str  # event_body(envelope): made once per event, not once per subscription or try
     attempts: int
     step: int
     manual: bool
@@ -564,11 +587,25 @@ def notifications_claim(
             row.pk: row for row in rows_by_key(Subscription, keys=sorted({subscription_ids[row[1]] for row in rows}))
         }
     envelope = Notification._meta.get_field("envelope")
-    claimed = {
-        pk: ClaimedNotification(
+    # An event's notifications to several subscribers are claimed together: its envelope is
+    # decoded, and its body made, once for all of them.
+    read: dict[Any, tuple[dict[str, Any], str]] = {}
+
+    def envelope_and_body(payload: Any) -> tuple[dict[str, Any], str]:
+        key = payload if isinstance(payload, str | bytes) else id(payload)
+        if key not in read:
+            decoded = envelope.from_db_value(payload, None, connection)
+            read[key] = (decoded, event_body(decoded))
+        return read[key]
+
+    claimed = {}
+    for pk, subscription_id, payload, attempts, step, manual, event_created_at in rows:
+        decoded, body = envelope_and_body(payload)
+        claimed[pk] = ClaimedNotification(
             pk=db_uuid(pk),
             subscription=subscriptions[subscription_ids[subscription_id]],
-            envelope=envelope.from_db_value(payload, None, connection),
+            envelope=decoded,
+            body=body,
             attempts=attempts,
             step=step,
             manual=bool(manual),
@@ -576,8 +613,6 @@ def notifications_claim(
             lease_until=lease_until,
             claimed_by=claimed_by,
         )
-        for pk, subscription_id, payload, attempts, step, manual, event_created_at in rows
-    }
     # In the order chosen (due first), which the loop hands to its threads.
     return [claimed[pk] for pk in chosen]
 

@@ -118,7 +118,13 @@ class Sender:
         """Send each request and call its `done` with the Outcome, on the loop's thread (so
         `done` must not block); never raises for a request's failure, which is its Outcome."""
         if requests:
-            self._running_loop().call_soon_threadsafe(self._start, list(requests), policy)
+            loop = self._running_loop()
+            if threading.current_thread() is self._thread:
+                # From a callback on the loop's own thread (a try that came back starting the
+                # next): no wake-up of the loop through its self-pipe, which is a system call.
+                loop.call_soon(self._start, list(requests), policy)
+            else:
+                loop.call_soon_threadsafe(self._start, list(requests), policy)
 
     def perform_many(self, requests: Sequence[HttpRequest], *, policy: EgressPolicy | None = None) -> list[Outcome]:
         """Send the requests at once and wait for every Outcome (from a plain thread, never

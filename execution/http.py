@@ -65,7 +65,7 @@ from urllib3.response import HTTPResponse
 from urllib3.util import Retry
 from urllib3.util import Timeout as TimeoutSauce
 
-from core.secrets import REDACTED, is_secret_header, redact_headers
+from core.secrets import REDACTED, redact_headers, secret_header_name
 from execution.egress import EgressDenied, EgressPolicy, Target, client_url, host_header, refused_header
 from execution.outcomes import ErrorKind, Outcome
 from execution.transport import (
@@ -623,8 +623,9 @@ def secret_values(headers: dict[str, Any]) -> list[str]:
     after an auth scheme (and a Basic credential's decoded `user:password` and password), and
     each cookie's value. Longest first, so a whole value is scrubbed before its parts."""
     found: set[str] = set()
+    patterns = tuple(settings.SECRET_HEADER_PATTERNS)  # read once, not once per header
     for name, value in headers.items():
-        if not (is_secret_header(name) and isinstance(value, str) and value.strip()):
+        if not (secret_header_name(name, patterns) and isinstance(value, str) and value.strip()):
             continue
         found.update((value, value.strip()))
         if name.lower() == "cookie":

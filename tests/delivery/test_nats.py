@@ -457,8 +457,8 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     id as Nats-Msg-Id and its envelope as payload, each recorded with its own try's result."""
     from delivery.models import DeliveryAttempt, Notification, Subscription
     from delivery.runner import Deliverer
-    from delivery.senders import nats_publisher, webhook_body
-    from delivery.services import subscription_create, subscription_send_test
+    from delivery.senders import nats_publisher
+    from delivery.services import event_body, subscription_create, subscription_send_test
     from delivery.validation import SubscriptionInput
 
     settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name
@@ -506,7 +506,7 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     assert DeliveryAttempt.objects.filter(notification__subscription=subscription, n=1, error="").count() == 12
     received = run_js(lambda js: _messages(js, stream.name, stream.prefix))
     assert sorted((msg.headers["Nats-Msg-Id"], msg.data) for msg in received) == sorted(
-        (n.envelope["id"], webhook_body(n.envelope).encode()) for n in notifications
+        (n.envelope["id"], event_body(n.envelope).encode()) for n in notifications
     )
 
 

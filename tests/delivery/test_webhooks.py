@@ -12,9 +12,10 @@ from standardwebhooks.webhooks import Webhook
 
 from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
-from delivery.senders import webhook_body, webhook_signature
+from delivery.senders import webhook_signature
 from delivery.services import (
     GONE_REASON,
+    event_body,
     new_webhook_secret,
     notifications_fan_out,
     subscription_create,
@@ -205,7 +206,7 @@ def test_an_event_past_its_expiry_is_expired_on_its_next_failure(transactional_d
 def test_during_a_rotation_both_secrets_sign_and_either_verifies(world):
     subscription, old = webhook("http://127.0.0.1:9/")
     subscription, new = subscription_rotate_secret(tenant_id="acme", subscription_id=subscription.pk)
-    body = webhook_body({"id": "evt_1", "type": "X"})
+    body = event_body({"id": "evt_1", "type": "X"})
     at = utcnow()
     header = webhook_signature(subscription, msg_id="evt_1", at=at, body=body)
     assert len(header.split(" ")) == 2
@@ -225,7 +226,7 @@ def test_a_secret_whose_sealing_key_is_gone_signs_nothing_even_after_it_signed(w
     from core.secrets import SecretUnavailable
 
     subscription, secret = webhook("http://127.0.0.1:9/")
-    body = webhook_body({"id": "evt_1", "type": "X"})
+    body = event_body({"id": "evt_1", "type": "X"})
     at = utcnow()
     header = webhook_signature(subscription, msg_id="evt_1", at=at, body=body)
     headers = {"webhook-id": "evt_1", "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": header}

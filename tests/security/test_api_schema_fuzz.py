@@ -122,9 +122,10 @@ else:
             and not _negative(case, ParameterLocation.HEADER)
             and not _negative(case, ParameterLocation.BODY)
         ):
-            if body_key.isprintable() and body_key.isascii():
+            if body_key.isprintable() and body_key.isascii() and body_key == body_key.strip():
                 case.headers["Idempotency-Key"] = body_key
-            else:  # not something a client can put in a header: keep the body's key alone
+            else:  # not something a client can put in a header (HTTP strips a value's outer
+                # spaces, and requests refuses them): keep the body's key alone
                 del case.headers["Idempotency-Key"]
         case.call_and_validate(
             headers=auth, excluded_checks=[checks.positive_data_acceptance, checks.negative_data_rejection]
