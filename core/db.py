@@ -760,22 +760,36 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
     # Constant defaults prepared once; a callable default (a new id, now) is called per row.
     defaults = {f.attname: f.get_db_prep_save(f.get_default(), conn) for f in fields if not callable(f.default)}
 
-    def value(field: Field, row: dict[str, Any]) -> Any:
-        if field.name in row:
-            raw = row[field.name]
-        elif field.attname in row:
-            raw = row[field.attname]
-        elif field.attname in defaults:
-            return defaults[field.attname]
-        else:
-            return field.get_db_prep_save(field.get_default(), conn)
-        key = (field.attname, id(raw))
-        hit = prepared.get(key)
-        if hit is None or hit[0] is not raw:
-            hit = prepared[key] = (raw, saver(field, conn)(raw, conn))
-        return hit[1]
+    def source(field: Field, keys: Any) -> Callable[[dict[str, Any]], Any]:
+        """The prepared value of `field` in a row whose fields are `keys`."""
+        name = field.name if field.name in keys else field.attname if field.attname in keys else None
+        if name is None:
+            if field.attname in defaults:
+                constant = defaults[field.attname]
+                return lambda row: constant
+            return lambda row: field.get_db_prep_save(field.get_default(), conn)
+        attname, save = field.attname, saver(field, conn)
 
-    params = [[value(field, row) for field in fields] for row in rows]
+        def value(row: dict[str, Any]) -> Any:
+            raw = row[name]
+            key = (attname, id(raw))
+            hit = prepared.get(key)
+            if hit is None or hit[0] is not raw:
+                hit = prepared[key] = (raw, save(raw, conn))
+            return hit[1]
+
+        return value
+
+    # Where each field's value comes from is worked out once for the rows that name the same
+    # fields (a batch from one caller, the usual case), not for each field of each row.
+    plans: dict[frozenset[str], list[Callable[[dict[str, Any]], Any]]] = {}
+    params = []
+    for row in rows:
+        keys = frozenset(row)
+        plan = plans.get(keys)
+        if plan is None:
+            plan = plans[keys] = [source(field, keys) for field in fields]
+        params.append([value(row) for value in plan])
     with conn.cursor() as cursor:
         cursor.executemany(sql, params)
         return cursor.rowcount  # the sum over the rows (sqlite3, psycopg 3.1+)

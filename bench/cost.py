@@ -1,0 +1,296 @@
+"""What one delivered notification, or one POST of a service call, costs: counted in
+instructions.
+
+The drain's CPU per call and the POST's rate move by a tenth between runs on a shared machine,
+more than most changes to those paths are worth. This drives one path in one process, on a
+fresh SQLite database, and counts what it costs:
+
+- `delivery`: the dispatcher's batches fan events out (handing the heads of their queues over
+  to the delivery loop, as in the engine), the `Deliverer` claims the rest, signs each webhook,
+  sends it on the process's asyncio loop to the receivers (bench/receiver.py, a process each)
+  and records every result, until every notification is delivered;
+- `post`: POST /api/tenants/<t>/service-calls with the load client's body (bench/load_client.py),
+  through the project's WSGI handler, middleware and API-key authentication, as gunicorn calls
+  it; `floor`: the same POSTs to the floor view (bench/floor.py), which prices the stack
+  itself.
+
+    python bench/cost.py delivery --count 300              # CPU seconds, per notification
+    python bench/cost.py post --count 500 --callgrind      # instructions per POST and floor
+
+With `--callgrind` it runs itself under `valgrind --tool=callgrind` (Debian's `valgrind`),
+counting only the measured part (not the setup, the warm-up or, for `delivery`, the events'
+own insertion). An instruction count is the same for the same work whatever else the machine
+is doing: two runs of the same code agree within a fraction of a percent, where clock-based
+figures move by a fifth. It leaves out the kernel's work (system calls), which the bench's CPU
+figures include.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import Children, agent_env, log  # noqa: E402
+
+TENANT = "bench-cost"
+EVENTS_PER_CALL = 2  # Running, then Succeeded: as a drained call's
+BATCH_CALLS = 100  # calls whose events are appended in one transaction
+WARMUP_CALLS = 20
+WARMUP_POSTS = 50
+DELIVER_WITHIN_SECONDS = 600  # valgrind runs the process some fifty times slower
+
+
+def _instrumentation(on: bool) -> None:
+    """Under callgrind, count from here (on) or stop counting (off). callgrind_control waits for
+    the process to answer, which it does only while it runs code: so it is not waited for."""
+    if not os.environ.get("BENCH_CALLGRIND"):
+        return
+    control = subprocess.Popen(
+        ["callgrind_control", "--instr=on" if on else "--instr=off", str(os.getpid())],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    while control.poll() is None:
+        time.sleep(0.005)
+
+
+def measure_delivery(calls: int, receivers: int, children: Children) -> dict:
+    from django.conf import settings
+
+    from bench.agent import ensure_tenant
+    from delivery.models import Notification
+    from delivery.runner import Deliverer
+    from delivery.services import subscription_create
+    from delivery.validation import validate_subscription
+
+    ensure_tenant(TENANT)
+    for n in range(receivers):
+        child = children.start(
+            f"receiver-{n}",
+            [sys.executable, str(ROOT / "bench" / "receiver.py")],
+            env=dict(os.environ),
+            stdout_pipe=True,
+        )
+        port = int(child.proc.stdout.readline())
+        data = validate_subscription({"name": f"cost receiver {n}", "url": f"http://127.0.0.1:{port}/hook"})
+        subscription_create(tenant_id=TENANT, data=data)
+    deliverer = Deliverer(
+        concurrency=settings.DELIVERY_CONCURRENCY,
+        batch_size=settings.DELIVERY_BATCH_SIZE,
+        per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
+    )
+    # A warm-up, not counted: the sender's loop and connections, the statements, the signers.
+    _append(WARMUP_CALLS)
+    _deliver(deliverer)
+    _append(calls)  # the calls' own writes: not counted either
+    _instrumentation(True)
+    cpu, wall = time.process_time(), time.monotonic()
+    _deliver(deliverer)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    _instrumentation(False)
+    deliverer.stop(timeout=5)
+    expected = (WARMUP_CALLS + calls) * EVENTS_PER_CALL * receivers
+    delivered = Notification.objects.filter(state=Notification.State.SUCCEEDED).count()
+    if delivered != expected:
+        raise SystemExit(f"{delivered} of {expected} notifications delivered")
+    return {"count": calls * EVENTS_PER_CALL * receivers, "cpu_s": cpu, "wall_s": wall}
+
+
+def _append(calls: int) -> None:
+    """The outbox events of `calls` drained calls, appended as their own transactions do."""
+    from django.db import transaction
+
+    from core.ids import utcnow
+    from outbox.models import OutboxEvent
+    from outbox.services import NewEvent, outbox_append
+
+    events = []
+    for _ in range(calls):
+        call_id, at = uuid.uuid4(), utcnow()
+        for type_ in (OutboxEvent.Type.RUNNING, OutboxEvent.Type.SUCCEEDED)[:EVENTS_PER_CALL]:
+            payload = {"serviceCallId": str(call_id), "attempt": 1}
+            events.append(NewEvent(TENANT, call_id, type_, payload, correlation_id=str(call_id), at=at))
+    step = BATCH_CALLS * EVENTS_PER_CALL
+    for start in range(0, len(events), step):
+        with transaction.atomic():
+            outbox_append(events=events[start : start + step])
+
+
+def _deliver(deliverer) -> None:
+    """The dispatcher's batches and the delivery loop's steps in turn, as the engine's two
+    threads take turns for the write lock, until no notification is open."""
+    from delivery.fanout import NotificationSink
+    from delivery.models import Notification
+    from delivery.selectors import OPEN_STATES, notifications_due_exist
+    from outbox.dispatcher import dispatch_batch
+
+    deadline = time.monotonic() + DELIVER_WITHIN_SECONDS
+    while True:
+        try:
+            published = dispatch_batch(limit=200, sinks=(NotificationSink(offer=deliverer.offer),))
+        finally:
+            deliverer.offers_done()
+        moved = deliverer.step()
+        # Every try out comes back before the next turn: each turn then takes the same
+        # notifications whatever the timing (valgrind runs this process some fifty times slower
+        # than the receivers), and no idle poll is counted.
+        while deliverer._trying:
+            deliverer.wait(1.0)
+        if not (published or moved) and deliverer.idle() and not notifications_due_exist():
+            return  # every notification recorded, none due again
+        if time.monotonic() > deadline:
+            open_left = Notification.objects.filter(state__in=OPEN_STATES).count()
+            raise SystemExit(f"not delivered within {DELIVER_WITHIN_SECONDS} s: {open_left} still open")
+
+
+def measure_post(count: int, *, floor: bool) -> dict:
+    """`count` POSTs of a service call (or, with `floor`, to the floor view) through the WSGI
+    handler, each with the load client's body; every one must answer 202."""
+    import io
+    import warnings
+
+    from django.core.handlers.wsgi import WSGIHandler
+
+    from bench import floor as floor_view
+    from bench.load_client import body
+    from bench.submission import API_PATH, FLOOR_PATH, SUBMIT_TENANT, api_key
+
+    floor_view.create_table()
+    warnings.filterwarnings("ignore", message="No directory at")  # WhiteNoise: no collectstatic here
+    authorization = f"Bearer {api_key()}"
+    handler = WSGIHandler()
+    path = FLOOR_PATH if floor else API_PATH
+    due = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    answers: list[str] = []
+
+    def post(index: int) -> None:
+        data = body(index, due, "http://127.0.0.1:9/target")
+        environ = {
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": path,
+            "SCRIPT_NAME": "",
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "CONTENT_TYPE": "application/json",
+            "CONTENT_LENGTH": str(len(data)),
+            "HTTP_HOST": "127.0.0.1:8000",
+            "HTTP_AUTHORIZATION": authorization,
+            "wsgi.input": io.BytesIO(data),
+            "wsgi.url_scheme": "http",
+            "wsgi.errors": sys.stderr,
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+            "wsgi.version": (1, 0),
+        }
+        response = handler(environ, lambda status, _headers, exc_info=None: answers.append(status))
+        b"".join(response)
+        response.close()
+
+    for index in range(WARMUP_POSTS):
+        post(-1 - index)
+    _instrumentation(True)
+    cpu, wall = time.process_time(), time.monotonic()
+    for index in range(count):
+        post(index)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    _instrumentation(False)
+    refused = [status for status in answers if not status.startswith("202")]
+    if refused:
+        raise SystemExit(f"{len(refused)} of {len(answers)} POSTs were not accepted: {refused[:3]}")
+    if floor and floor_view.rows(SUBMIT_TENANT) != WARMUP_POSTS + count:
+        raise SystemExit("the floor did not insert a row for every POST")
+    return {"count": count, "cpu_s": cpu, "wall_s": wall}
+
+
+def _callgrind(subject: str, count: int, receivers: int) -> int:
+    """The instructions the measured part of one run of `subject` took, under callgrind."""
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--callgrind needs valgrind (Debian package valgrind)")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            __file__,
+            subject,
+            "--count",
+            str(count),
+            "--receivers",
+            str(receivers),
+        ],
+        env={**os.environ, "BENCH_CALLGRIND": "1"},
+        capture_output=True,
+        text=True,
+    )
+    found = re.search(r"Collected : (\d+)", proc.stderr)
+    if proc.returncode or not found:
+        raise SystemExit(f"{subject} under valgrind failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    log(f"{subject}: {int(found.group(1)):,} instructions ({time.monotonic() - started:.0f} s under valgrind)")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("subject", choices=["delivery", "post", "floor"])
+    parser.add_argument("--count", type=int, default=300, help="delivery: calls, two events each; post, floor: POSTs")
+    parser.add_argument("--receivers", type=int, default=2, help="delivery: webhook subscriptions (default 2)")
+    parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind")
+    args = parser.parse_args()
+    if args.count < 1 or not 1 <= args.receivers <= 8:
+        parser.error("--count must be at least 1 and --receivers 1 to 8")
+    if args.callgrind:
+        if args.subject == "delivery":
+            per = _callgrind("delivery", args.count, args.receivers) / (args.count * EVENTS_PER_CALL * args.receivers)
+            print(f"instructions per delivered notification (webhook): {per:,.0f}")
+        else:  # the POST and its floor, in two runs: their ratio is what the bench's target prices
+            post = _callgrind("post", args.count, args.receivers) / args.count
+            floor = _callgrind("floor", args.count, args.receivers) / args.count
+            print(f"instructions per POST: {post:,.0f}; floor: {floor:,.0f}; floor / POST: {floor / post:.0%}")
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-cost-") as data_dir:
+        # The floor's settings: the project's, with the floor view in the URLconf (bench/floor.py).
+        os.environ.update(agent_env(Path(data_dir), DJANGO_SETTINGS_MODULE="bench.floor_settings"))
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        children = Children(Path(data_dir))
+        try:
+            if args.subject == "delivery":
+                result = measure_delivery(args.count, args.receivers, children)
+                unit = "notification"
+            else:
+                result = measure_post(args.count, floor=args.subject == "floor")
+                unit = "POST"
+        finally:
+            children.stop_all()
+    per_ms = result["cpu_s"] / result["count"] * 1000
+    print(
+        f"{result['count']} {unit}s in {result['wall_s']:.2f} s: {result['cpu_s']:.2f} s of CPU, "
+        f"{per_ms:.3f} ms per {unit}"
+    )
+
+
+if __name__ == "__main__":
+    main()
