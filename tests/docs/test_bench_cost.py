@@ -1,0 +1,55 @@
+"""bench/README.md's cost commands (bench/cost.py) at a small size: each drives the real path
+(receivers in their own processes, the WSGI handler) to its end, or says why it could not."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cost(*args: str, timeout: int = 300) -> str:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "cost.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.parametrize(
+    ("subject", "count", "expected"),
+    [("delivery", "15", "60 notifications in "), ("post", "20", "20 POSTs in "), ("floor", "20", "20 POSTs in ")],
+)
+def test_each_subject_runs_to_its_end_and_reports_its_cost(subject, count, expected):
+    out = _cost(subject, "--count", count)
+    assert expected in out
+    assert float(re.search(r"([\d.]+) ms per ", out).group(1)) > 0
+
+
+def test_a_count_below_one_is_refused_with_a_reason():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "cost.py"), "delivery", "--count", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "--count must be at least 1" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (Debian package valgrind)")
+def test_under_callgrind_it_counts_the_instructions_of_a_delivered_notification():
+    out = _cost("delivery", "--count", "10", "--callgrind", timeout=600)
+    per = int(re.search(r"instructions per delivered notification \(webhook\): ([\d,]+)", out).group(1).replace(",", ""))
+    assert 100_000 < per < 50_000_000  # a try signs, sends, records: hundreds of thousands at least
