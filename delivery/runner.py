@@ -524,7 +524,9 @@ class _Waiting:
         drop: Callable[[list[ClaimedNotification]], None],
     ) -> list[ClaimedNotification] | None:
         """The earliest claimed head among the queues with room, taken; stale heads met on the
-        way are dropped (one behind a head waits until it heads its queue)."""
+        way, and the taken one's stale successors, are dropped (a stale try behind a good one
+        keeps its room until it heads its queue: within a queue the leases end in claim order,
+        so that is rare)."""
         first: tuple[int, tuple[uuid.UUID, ...]] | None = None
         for key, entries in list(self._queues.items()):
             while entries and stale(entries[0][1]):
@@ -538,9 +540,12 @@ class _Waiting:
             return None
         entries = self._queues[first[1]]
         _, batch = entries.popleft()
+        self._count -= 1
+        while entries and stale(entries[0][1]):  # the next head, should it be stale, goes now
+            drop(entries.popleft()[1])
+            self._count -= 1
         if not entries:
             del self._queues[first[1]]
-        self._count -= 1
         return batch
 
     def clear(self) -> list[list[ClaimedNotification]]:

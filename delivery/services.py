@@ -11,6 +11,7 @@ import random
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -460,8 +461,14 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
 
 def event_body(envelope: dict[str, Any]) -> str:
     """What a subscriber gets of an event: its envelope as compact JSON (a webhook's POST body,
-    signed exactly as sent; a NATS message's data)."""
-    return json.dumps(envelope, separators=(",", ":"))
+    signed exactly as sent; a NATS message's data). An envelope nested near the decoder's limit
+    (core/fields.py) is dumped on a fresh thread's stack should the caller's be too deep: its
+    claim must not fail for it."""
+    try:
+        return json.dumps(envelope, separators=(",", ":"))
+    except RecursionError:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deep-json") as pool:
+            return pool.submit(json.dumps, envelope, separators=(",", ":")).result()
 
 
 def _existing(claimed: list[ClaimedNotification]) -> list[ClaimedNotification]:

@@ -308,3 +308,34 @@ def test_the_fan_outs_subscriptions_are_the_orm_querys(world):
         )
         assert got == orm(tenants), tenants
     assert len(_fan_out_subscriptions(["acme", "globex"])) == 3
+
+
+def test_an_envelope_nested_near_the_limit_is_claimed_from_a_deep_stack_with_its_body(transactional_db, world):
+    """The claim makes each try's body (once per event): an envelope stored nested near the
+    JSON decoder's limit (core/fields.py) must neither fail the claim, which would hold back
+    every notification due after it, nor lose its body, however deep the claimer's stack."""
+    from django.db import connection
+
+    from delivery.services import notifications_claim
+    from outbox.dispatcher import dispatch_batch
+
+    subscription, _ = webhook("http://127.0.0.1:9/", event_types=("ServiceCallSubmitted",))
+    make_call("acme", due_in=3600)
+    dispatch_batch()
+    [notification] = notifications(subscription)
+    depth = 960
+    deep = '{"a":' * depth + "1" + "}" * depth
+    shallow = {key: value for key, value in notification.envelope.items() if key != "payload"}
+    stored = json.dumps(shallow, separators=(",", ":"))[:-1] + ',"payload":' + deep + "}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Notification._meta.db_table} SET envelope = %s WHERE notification_id = %s",
+            [stored, notification.pk.hex],
+        )
+
+    def from_deep_stack(frames: int):
+        return from_deep_stack(frames - 1) if frames else notifications_claim(limit=10)
+
+    [claimed] = from_deep_stack(60)
+    assert claimed.pk == notification.pk
+    assert claimed.body == stored
