@@ -51,5 +51,7 @@ def test_a_count_below_one_is_refused_with_a_reason():
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="needs valgrind (Debian package valgrind)")
 def test_under_callgrind_it_counts_the_instructions_of_a_delivered_notification():
     out = _cost("delivery", "--count", "10", "--callgrind", timeout=300)
-    per = int(re.search(r"instructions per delivered notification \(webhook\): ([\d,]+)", out).group(1).replace(",", ""))
+    per = int(
+        re.search(r"instructions per delivered notification \(webhook\): ([\d,]+)", out).group(1).replace(",", "")
+    )
     assert 100_000 < per < 50_000_000  # a try signs, sends, records: hundreds of thousands at least
