@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import models
+
+T = TypeVar("T")
+
+
+def on_fresh_stack(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`function(*args, **kwargs)`, and should it raise RecursionError, again on a fresh thread's
+    stack: Python's JSON encoder and decoder recurse once per level against one limit shared
+    with the caller's frames, so a value nested near that limit fails from a deep stack alone."""
+    try:
+        return function(*args, **kwargs)
+    except RecursionError:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deep-json") as pool:
+            return pool.submit(function, *args, **kwargs).result()
 
 
 class JSONField(models.JSONField):
@@ -22,11 +35,7 @@ class JSONField(models.JSONField):
     """
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
-        try:
-            return super().from_db_value(value, expression, connection)
-        except RecursionError:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deep-json") as pool:
-                return pool.submit(json.loads, value, cls=self.decoder).result()
+        return on_fresh_stack(super().from_db_value, value, expression, connection)
 
     def deconstruct(self) -> tuple[str, str, list[Any], dict[str, Any]]:
         name, _path, args, kwargs = super().deconstruct()

@@ -11,7 +11,6 @@ import random
 import secrets
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -32,6 +31,7 @@ from core.db import (
     sql_update_returning,
 )
 from core.errors import NotFound, ValidationFailed
+from core.fields import on_fresh_stack
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
 from delivery.models import DeliveryAttempt, Notification, Subscription
@@ -464,11 +464,7 @@ def event_body(envelope: dict[str, Any]) -> str:
     signed exactly as sent; a NATS message's data). An envelope nested near the decoder's limit
     (core/fields.py) is dumped on a fresh thread's stack should the caller's be too deep: its
     claim must not fail for it."""
-    try:
-        return json.dumps(envelope, separators=(",", ":"))
-    except RecursionError:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="deep-json") as pool:
-            return pool.submit(json.dumps, envelope, separators=(",", ":")).result()
+    return on_fresh_stack(json.dumps, envelope, separators=(",", ":"))
 
 
 def _existing(claimed: list[ClaimedNotification]) -> list[ClaimedNotification]:
