@@ -20,6 +20,11 @@ process starting, recording and publishing) the lock is what every call waits fo
 `flock` only orders the processes that take it; SQLite's own lock still decides, so a writer
 that does not take it (a statement outside an atomic block, another program) is polled for as
 before. A process that dies lets it go with its file descriptors.
+
+Its cursor also remembers each statement's conversion from Django's `%s` placeholders to
+SQLite's `?`: Django's own cursor runs a regular expression over the whole SQL of every
+statement it executes, and the project runs the same few statements over and over (a
+submission's INSERTs, the engine's and the delivery loop's prepared statements).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import os
 import sqlite3
 import threading
 import time
+from functools import lru_cache
 
 from django.db.backends.sqlite3 import base
 
@@ -219,11 +225,33 @@ def _take_turn(paths: tuple[str, str], deadline: float, *, urgent: bool) -> list
         raise
 
 
+# A statement longer than this is converted each time: a bulk INSERT's SQL grows with its rows,
+# and so would the memory of remembering each size.
+CONVERSION_REMEMBERED_UP_TO = 8192
+
+
+@lru_cache(maxsize=512)
+def _qmark(query: str) -> str:
+    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
+
+
+class CursorWrapper(base.SQLiteCursorWrapper):
+    """Django's SQLite cursor, its placeholder conversion remembered per statement."""
+
+    def convert_query(self, query, *, param_names=None):
+        if param_names is None and len(query) <= CONVERSION_REMEMBERED_UP_TO:
+            return _qmark(query)
+        return super().convert_query(query, param_names=param_names)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     # The process's write turn, while this connection's transaction holds it.
     _turn: threading.Lock | None = None
     # The descriptors of the processes' write turn, while this connection's transaction holds it.
     _writer: list[int] | None = None
+
+    def create_cursor(self, name=None):
+        return self.connection.cursor(factory=CursorWrapper)
 
     def _start_transaction_under_autocommit(self) -> None:
         if self.transaction_mode is None:

@@ -254,3 +254,29 @@ def test_a_forked_child_does_not_keep_its_parents_turn():
     finally:
         os.kill(child, 9)
         os.waitpid(child, 0)
+
+
+def test_the_cursor_converts_placeholders_once_per_statement_and_long_ones_each_time():
+    from eventservice.sqlite.base import CONVERSION_REMEMBERED_UP_TO, _qmark
+
+    statement = "SELECT '100%%' || %s, %s + 1"
+    with connection.cursor() as cursor:
+        cursor.execute(statement, ["!", 41])
+        assert cursor.fetchone() == ("100%!", 42)
+        hits = _qmark.cache_info().hits
+        cursor.execute(statement, ["?", 1])  # the same statement again: its conversion remembered
+        assert cursor.fetchone() == ("100%?", 2)
+        assert _qmark.cache_info().hits == hits + 1
+
+        # Longer than what is remembered: converted each time, and not kept.
+        padding = "x" * CONVERSION_REMEMBERED_UP_TO
+        long_statement = f"SELECT %s, length('{padding} 50%%')"
+        kept = _qmark.cache_info().currsize
+        for value in (7, 8):
+            cursor.execute(long_statement, [value])
+            assert cursor.fetchone() == (value, CONVERSION_REMEMBERED_UP_TO + 4)
+        assert _qmark.cache_info().currsize == kept
+
+        # Named parameters keep Django's own conversion.
+        cursor.execute("SELECT %(a)s || %(b)s", {"a": "x", "b": "y"})
+        assert cursor.fetchone() == ("xy",)
