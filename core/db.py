@@ -694,10 +694,15 @@ def _insert_new(objs: Sequence[Model]) -> set[Any]:
 def _rows_per_insert(conn: Any, model: type[Model]) -> int:
     """Rows per prepared INSERT of `model`: INSERT_MAX_ROWS, fewer where their values would pass
     the database's limit of parameters per statement (999 on SQLite, as Django assumes)."""
-    limit = conn.features.max_query_params
+    return rows_per_insert(len(_insert_fields(model)), conn)
+
+
+def rows_per_insert(columns: int, conn: Any = None) -> int:
+    """Rows of `columns` values each that one prepared INSERT takes: INSERT_MAX_ROWS, fewer
+    where their values would pass the database's limit of parameters per statement."""
+    limit = (conn or connections[DEFAULT_DB_ALIAS]).features.max_query_params
     if limit is None:
         return INSERT_MAX_ROWS
-    columns = len(_insert_fields(model))
     return max(1, min(INSERT_MAX_ROWS, limit // max(1, columns)))
 
 

@@ -1,5 +1,5 @@
-"""outbox_append: events stored in order inside the caller's transaction, the rows returned with
-their ids, whether made at once or beforehand (outbox_prepare)."""
+"""outbox_append: events stored in order inside the caller's transaction, their event ids
+returned, whether made at once or beforehand (outbox_prepare)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.db import transaction
 from core.db import INSERT_MAX_ROWS
 from core.ids import new_id, utcnow
 from outbox.models import OutboxEvent
-from outbox.services import NewEvent, outbox_append, outbox_prepare
+from outbox.services import NewEvent, envelope_for, outbox_append, outbox_prepare
 
 
 def _events(count: int, **fields) -> list[NewEvent]:
@@ -27,21 +27,21 @@ def _events(count: int, **fields) -> list[NewEvent]:
     ]
 
 
-@pytest.mark.parametrize("count", [1, 2, INSERT_MAX_ROWS, INSERT_MAX_ROWS + 1])
-def test_rows_come_back_with_their_ids_in_order_and_are_stored_as_given(db, count):
+@pytest.mark.parametrize("count", [1, 2, INSERT_MAX_ROWS, INSERT_MAX_ROWS + 1, 3 * INSERT_MAX_ROWS + 7])
+def test_events_are_stored_as_given_in_order_and_their_ids_returned(db, count):
+    events = _events(count)
     with transaction.atomic():
-        rows = outbox_append(events=_events(count))
+        event_ids = outbox_append(events=events)
 
-    assert [row.pk for row in rows] == sorted(row.pk for row in rows) and None not in [row.pk for row in rows]
-    assert all(not row._state.adding for row in rows)
-    stored = {row.pk: row for row in OutboxEvent.objects.filter(pk__in=[row.pk for row in rows])}
-    for row in rows:
-        again = stored[row.pk]
-        assert again.event_id == row.event_id and again.event_payload == row.event_payload
-        assert again.created_at == row.created_at and again.published_at is None and again.attempts == 0
-    assert [again.event_payload["payload"]["n"] for again in sorted(stored.values(), key=lambda r: r.pk)] == list(
-        range(count)
-    )
+    stored = list(OutboxEvent.objects.order_by("id"))
+    # The rows' ids follow the events' order, across the several INSERTs of a large batch.
+    assert [row.event_id for row in stored] == event_ids and len(set(event_ids)) == count
+    for row, event, event_id in zip(stored, events, event_ids, strict=True):
+        assert row.tenant_id == event.tenant_id and row.aggregate_id == event.aggregate_id
+        assert row.event_type == event.type and row.created_at == event.at
+        assert row.event_payload == envelope_for(event, event_id)
+        assert row.published_at is None and row.attempts == 0 and row.last_error == "" and row.feed_seq is None
+    assert [row.event_payload["payload"]["n"] for row in stored] == list(range(count))
 
 
 def test_events_made_before_the_transaction_are_stored_in_it(db):
@@ -49,9 +49,9 @@ def test_events_made_before_the_transaction_are_stored_in_it(db):
     assert OutboxEvent.objects.count() == 0
 
     with transaction.atomic():
-        rows = outbox_append(prepared=prepared)
+        event_ids = outbox_append(prepared=prepared)
 
-    assert list(OutboxEvent.objects.order_by("id").values_list("pk", flat=True)) == [row.pk for row in rows]
+    assert list(OutboxEvent.objects.order_by("id").values_list("event_id", flat=True)) == event_ids
 
 
 def test_a_transaction_that_fails_leaves_no_event(db):

@@ -94,7 +94,7 @@ def _writer(work: Workload, n: int) -> Callable[[], None]:
         while written < EVENTS_PER_WRITER and not work.stop.is_set():
             size = min(1 + (n + step) % 4, EVENTS_PER_WRITER - written)  # 1–4 events a transaction
             with transaction.atomic():
-                rows = outbox_append(
+                event_ids = outbox_append(
                     events=[
                         NewEvent(
                             tenant_id=tenant,
@@ -110,11 +110,12 @@ def _writer(work: Workload, n: int) -> Callable[[], None]:
                 # Hold the ids taken, uncommitted, while other writers' later ids commit: every
                 # fourth transaction until the reader has read a later id, the others briefly.
                 if tenant == "acme" and (n + step) % 4 == 0:
-                    _wait_until_read_past(work, max(row.pk for row in rows))
+                    last = OutboxEvent.objects.filter(event_id__in=event_ids).order_by("-id")[0].pk
+                    _wait_until_read_past(work, last)
                 else:
                     time.sleep(0.001 * ((n * 7 + step * 3) % 4))
             with work.progress:
-                work.written[tenant] += [str(row.event_id) for row in rows]
+                work.written[tenant] += [str(event_id) for event_id in event_ids]
             written += size
             step += 1
             time.sleep(0.005)

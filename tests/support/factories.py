@@ -209,13 +209,14 @@ def make_event(
         at=utcnow(),
     )
     with transaction.atomic():
-        [row] = outbox_append(events=[event])
+        [event_id] = outbox_append(events=[event])
         if published_days_ago is not None:
             # In the same transaction: a running dispatcher never sees the row unpublished
             # (publishing it would overwrite the age this test gives it).
-            OutboxEvent.objects.filter(pk=row.pk).update(published_at=utcnow() - timedelta(days=published_days_ago))
-    row.refresh_from_db()
-    return row
+            OutboxEvent.objects.filter(event_id=event_id).update(
+                published_at=utcnow() - timedelta(days=published_days_ago)
+            )
+    return OutboxEvent.objects.get(event_id=event_id)
 
 
 # --- Flow control ----------------------------------------------------------------------------------
