@@ -266,7 +266,7 @@ def test_the_cursor_converts_placeholders_once_per_statement_and_long_ones_each_
         hits = _qmark.cache_info().hits
         cursor.execute(statement, ["?", 1])  # the same statement again: its conversion remembered
         assert cursor.fetchone() == ("100%?", 2)
-        assert _qmark.cache_info().hits == hits + 1
+        assert _qmark.cache_info().hits > hits
 
         # Longer than what is remembered: converted each time, and not kept.
         padding = "x" * CONVERSION_REMEMBERED_UP_TO

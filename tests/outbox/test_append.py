@@ -44,6 +44,17 @@ def test_events_are_stored_as_given_in_order_and_their_ids_returned(db, count):
     assert [row.event_payload["payload"]["n"] for row in stored] == list(range(count))
 
 
+def test_a_large_batch_is_written_in_inserts_within_the_databases_limit_of_parameters(db):
+    from django.db import connection
+
+    prepared = outbox_prepare(events=_events(3 * INSERT_MAX_ROWS + 7))
+
+    # Rows per INSERT (eight values each: the columns an event is written with).
+    assert [len(insert.params) // 8 for insert in prepared.inserts] == [INSERT_MAX_ROWS] * 3 + [7]
+    limit = connection.features.max_query_params or float("inf")
+    assert all(len(insert.params) <= limit for insert in prepared.inserts)
+
+
 def test_events_made_before_the_transaction_are_stored_in_it(db):
     prepared = outbox_prepare(events=_events(2))
     assert OutboxEvent.objects.count() == 0
