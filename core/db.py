@@ -512,6 +512,10 @@ def _make_saver(field: Field, conn: Any) -> Saver:
         )
     if kind is BooleanField:
         return lambda value, conn: value if value is None or type(value) is bool else slow(value, conn)
+    if isinstance(field, AutoFieldMixin):
+        # A key the database made (the outbox's, the attempt log's): an int kept as it is, as
+        # AutoFieldMixin.get_db_prep_value keeps it, then checked by the vendor.
+        return lambda value, conn: conn.ops.validate_autopk_value(value) if type(value) is int else slow(value, conn)
     if kind is UUIDField:
         if conn.features.has_native_uuid_field:
             return lambda value, conn: value if value is None or type(value) is uuid.UUID else slow(value, conn)
