@@ -9,17 +9,23 @@ fresh SQLite database, and counts what it costs:
   to the delivery loop, as in the engine), the `Deliverer` claims the rest, signs each webhook,
   sends it on the process's asyncio loop to the receivers (bench/receiver.py, a process each)
   and records every result, until every notification is delivered;
+- `call`: calls due now, drained as the engine drains them but in one thread: started and
+  claimed in batches (`workers.pipeline.start_and_claim_overdue`), each attempt sent to the
+  bench's target (bench/target.py, its own process) and the batch's outcomes recorded
+  (`record`), the calls' events published by the dispatcher's batches (no subscriptions), until
+  every call is terminal and every event published;
 - `post`: POST /api/tenants/<t>/service-calls with the load client's body (bench/load_client.py),
   through the project's WSGI handler, middleware and API-key authentication, as gunicorn calls
   it; `floor`: the same POSTs to the floor view (bench/floor.py), which prices the stack
   itself.
 
     python bench/cost.py delivery --count 300              # CPU seconds, per notification
+    python bench/cost.py call --count 300 --callgrind      # instructions per drained call
     python bench/cost.py post --count 500 --callgrind      # instructions per POST and floor
 
 With `--callgrind` it runs itself under `valgrind --tool=callgrind` (Debian's `valgrind`),
 counting only the measured part (not the setup, the warm-up or, for `delivery`, the events'
-own insertion). An instruction count is the same for the same work whatever else the machine
+own insertion; for `call`, the calls' submission). An instruction count is the same for the same work whatever else the machine
 is doing: two runs of the same code agree within a fraction of a percent, where clock-based
 figures move by a fifth. It leaves out the kernel's work (system calls), which the bench's CPU
 figures include.
@@ -155,6 +161,73 @@ def _deliver(deliverer) -> None:
             raise SystemExit(f"not delivered within {DELIVER_WITHIN_SECONDS} s: {open_left} still open")
 
 
+def measure_call(calls: int, children: Children) -> dict:
+    """`calls` calls due now, each started, sent to the bench's target, recorded and its events
+    published, in the engine's batches (workers/engine.py) but one thread: the work of a drained
+    call without subscribers, what the engine's threads and the asyncio of nothing else add left
+    out. Every call must end Succeeded."""
+    from bench.agent import ensure_tenant
+    from orchestration.models import ServiceCall
+    from orchestration.services import service_call_submit
+    from orchestration.validation import validate_submission
+    from outbox.models import OutboxEvent
+
+    ensure_tenant(TENANT)
+    target = children.start(
+        "target", [sys.executable, str(ROOT / "bench" / "target.py")], env=dict(os.environ), stdout_pipe=True
+    )
+    url = f"http://127.0.0.1:{int(target.proc.stdout.readline())}/work"
+
+    def submit(count: int, prefix: str) -> None:
+        for index in range(count):
+            data = {"name": f"{prefix}-{index}", "requestSpec": {"method": "GET", "url": url}, "tags": ["bench"]}
+            service_call_submit(
+                tenant_id=TENANT, submission=validate_submission(data), correlation_id=f"{prefix}-{index}"
+            )
+
+    # A warm-up, not counted: the connection pool, the statements.
+    submit(WARMUP_CALLS, "warm-up")
+    _drain()
+    submit(calls, "call")  # their submission: not counted
+    _instrumentation(True)
+    cpu, wall = time.process_time(), time.monotonic()
+    _drain()
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    _instrumentation(False)
+    succeeded = ServiceCall.objects.filter(tenant_id=TENANT, status=ServiceCall.Status.SUCCEEDED).count()
+    if succeeded != WARMUP_CALLS + calls:
+        raise SystemExit(f"{succeeded} of {WARMUP_CALLS + calls} calls succeeded")
+    if OutboxEvent.objects.filter(published_at__isnull=True).exists():
+        raise SystemExit("events left unpublished")
+    return {"count": calls, "cpu_s": cpu, "wall_s": wall}
+
+
+def _drain() -> None:
+    """Start, send, record and publish until no call is due and no event unpublished. Started
+    in batches of the engine's room (EXECUTION_CONCURRENCY), each batch's outcomes recorded
+    together (the engine records what finishes within a few milliseconds, up to 100, together:
+    in a burst, about a start batch's)."""
+    from django.conf import settings
+
+    from core.ids import utcnow
+    from outbox.dispatcher import dispatch_batch
+    from outbox.sinks import configured_sinks
+    from workers.pipeline import record, run_attempt, start_and_claim_overdue
+
+    deadline = time.monotonic() + DELIVER_WITHIN_SECONDS
+    while True:
+        attempts = start_and_claim_overdue(
+            due_before=utcnow(), limit=settings.EXECUTION_CONCURRENCY, worker_id="bench-cost"
+        )
+        if attempts:
+            record([(attempt, run_attempt(attempt)) for attempt in attempts])
+        published = dispatch_batch(limit=200, sinks=configured_sinks())
+        if not (attempts or published):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"not drained within {DELIVER_WITHIN_SECONDS} s")
+
+
 def measure_post(count: int, *, floor: bool) -> dict:
     """`count` POSTs of a service call (or, with `floor`, to the floor view) through the WSGI
     handler, each with the load client's body; every one must answer 202."""
@@ -250,8 +323,10 @@ def _callgrind(subject: str, count: int, receivers: int) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("subject", choices=["delivery", "post", "floor"])
-    parser.add_argument("--count", type=int, default=300, help="delivery: calls, two events each; post, floor: POSTs")
+    parser.add_argument("subject", choices=["delivery", "call", "post", "floor"])
+    parser.add_argument(
+        "--count", type=int, default=300, help="delivery: calls, two events each; call: calls; post, floor: POSTs"
+    )
     parser.add_argument("--receivers", type=int, default=2, help="delivery: webhook subscriptions (default 2)")
     parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind")
     args = parser.parse_args()
@@ -261,6 +336,9 @@ def main() -> None:
         if args.subject == "delivery":
             per = _callgrind("delivery", args.count, args.receivers) / (args.count * EVENTS_PER_CALL * args.receivers)
             print(f"instructions per delivered notification (webhook): {per:,.0f}")
+        elif args.subject == "call":
+            per = _callgrind("call", args.count, args.receivers) / args.count
+            print(f"instructions per drained call (no subscribers): {per:,.0f}")
         else:  # the POST and its floor, in two runs: their ratio is what the bench's target prices
             post = _callgrind("post", args.count, args.receivers) / args.count
             floor = _callgrind("floor", args.count, args.receivers) / args.count
@@ -280,6 +358,9 @@ def main() -> None:
             if args.subject == "delivery":
                 result = measure_delivery(args.count, args.receivers, children)
                 unit = "notification"
+            elif args.subject == "call":
+                result = measure_call(args.count, children)
+                unit = "call"
             else:
                 result = measure_post(args.count, floor=args.subject == "floor")
                 unit = "POST"

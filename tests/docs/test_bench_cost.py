@@ -27,7 +27,12 @@ def _cost(*args: str, timeout: int = 300) -> str:
 
 @pytest.mark.parametrize(
     ("subject", "count", "expected"),
-    [("delivery", "15", "60 notifications in "), ("post", "20", "20 POSTs in "), ("floor", "20", "20 POSTs in ")],
+    [
+        ("delivery", "15", "60 notifications in "),
+        ("call", "30", "30 calls in "),
+        ("post", "20", "20 POSTs in "),
+        ("floor", "20", "20 POSTs in "),
+    ],
 )
 def test_each_subject_runs_to_its_end_and_reports_its_cost(subject, count, expected):
     out = _cost(subject, "--count", count)
