@@ -10,6 +10,7 @@ urlpatterns = [
 
 # The dashboard's error pages; /api/ keeps problem+json and /admin/ the admin's look
 # (eventservice/dashboard/views/errors.py).
+handler400 = "eventservice.dashboard.views.errors.bad_request"
 handler404 = "eventservice.dashboard.views.errors.page_not_found"
 handler403 = "eventservice.dashboard.views.errors.permission_denied"
 handler500 = "eventservice.dashboard.views.errors.server_error"

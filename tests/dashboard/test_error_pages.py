@@ -83,6 +83,7 @@ def test_api_errors_raised_outside_its_views_are_problem_json_too(world):
     request = RequestFactory().get("/api/tenants/acme/service-calls")
     request.correlation_id = "trace-7"
     for response, status in (
+        (errors.bad_request(request, Exception()), 400),
         (errors.page_not_found(request, Exception()), 404),
         (errors.permission_denied(request, Exception()), 403),
         (errors.server_error(request), 500),
@@ -91,6 +92,17 @@ def test_api_errors_raised_outside_its_views_are_problem_json_too(world):
         assert response["Content-Type"] == "application/problem+json"
         body = json.loads(response.content)
         assert body["correlationId"] == "trace-7" and body["status"] == status
+
+
+@pytest.mark.parametrize("host", ["", "evil.example", "bad host"])
+def test_a_host_header_django_refuses_is_a_400_problem_under_the_api_and_its_page_elsewhere(world, host):
+    api = Client().get("/api/tenants/acme/service-calls", HTTP_HOST=host, HTTP_AUTHORIZATION=f"Bearer {world.acme_key}")
+    assert api.status_code == 400
+    assert api["Content-Type"] == "application/problem+json"
+    assert api.json()["status"] == 400 and api.json()["correlationId"] == api["X-Correlation-Id"]
+
+    page = Client().get("/calls/", HTTP_HOST=host)
+    assert page.status_code == 400 and page["Content-Type"].startswith("text/html")
 
 
 def test_the_admin_keeps_its_own_pages(world):

@@ -1,4 +1,5 @@
-"""The site's error pages (handler404, handler403 and handler500 in eventservice/urls.py).
+"""The site's error pages (handler400, handler404, handler403 and handler500 in
+eventservice/urls.py).
 
 The dashboard's extend the site's base page: its navigation and a way back. Paths under /api/
 keep answering problem+json (docs/api.md, 'Errors') even for an error raised outside the API's
@@ -12,6 +13,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseServerError, JsonResponse
 from django.shortcuts import render
 from django.template import loader
+from django.views import defaults
 
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE, problem_body
 from eventservice.dashboard.tenancy import resolve_tenant
@@ -42,6 +44,17 @@ def _site_page(request: HttpRequest, template: str, *, status: int) -> HttpRespo
     if user is not None and user.is_authenticated and not hasattr(request, "tenants"):
         resolve_tenant(request)  # the header's tenant name and switcher, as on every page
     return render(request, template, status=status)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """A request Django refuses before any view (a Host header it does not allow, a suspicious
+    operation): problem+json under /api/, Django's own page elsewhere. Nothing of the request
+    is read: its host is what may be wrong."""
+    if _under(request, "/api"):
+        return _problem(
+            request, status=400, slug="bad-request", title="Bad request", detail="The request cannot be served."
+        )
+    return defaults.bad_request(request, exception)
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
