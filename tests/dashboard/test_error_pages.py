@@ -100,6 +100,7 @@ def test_a_host_header_django_refuses_is_a_400_problem_under_the_api_and_its_pag
     assert api.status_code == 400
     assert api["Content-Type"] == "application/problem+json"
     assert api.json()["status"] == 400 and api.json()["correlationId"] == api["X-Correlation-Id"]
+    assert api.json()["type"].endswith(":malformed-request")
 
     page = Client().get("/calls/", HTTP_HOST=host)
     assert page.status_code == 400 and page["Content-Type"].startswith("text/html")

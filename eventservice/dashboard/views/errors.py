@@ -51,8 +51,13 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
     operation): problem+json under /api/, Django's own page elsewhere. Nothing of the request
     is read: its host is what may be wrong."""
     if _under(request, "/api"):
+        # The type the API's own views give a SuspiciousOperation (eventservice/api/errors.py).
         return _problem(
-            request, status=400, slug="bad-request", title="Bad request", detail="The request cannot be served."
+            request,
+            status=400,
+            slug="malformed-request",
+            title="Malformed request",
+            detail="The request was refused as malformed.",
         )
     return defaults.bad_request(request, exception)
 
