@@ -528,25 +528,32 @@ class _Waiting:
         keeps its room until it heads its queue: within a queue the leases end in claim order,
         so that is rare)."""
         first: tuple[int, tuple[uuid.UUID, ...]] | None = None
-        for key, entries in list(self._queues.items()):
-            while entries and stale(entries[0][1]):
-                drop(entries.popleft()[1])
-                self._count -= 1
-            if not entries:
-                del self._queues[key]
-            elif (first is None or entries[0][0] < first[0]) and has_room(key):
+        for key in list(self._queues):
+            entries = self._drop_stale_heads(key, stale, drop)
+            if entries and (first is None or entries[0][0] < first[0]) and has_room(key):
                 first = (entries[0][0], key)
         if first is None:
             return None
-        entries = self._queues[first[1]]
-        _, batch = entries.popleft()
+        _, batch = self._queues[first[1]].popleft()
         self._count -= 1
-        while entries and stale(entries[0][1]):  # the next head, should it be stale, goes now
+        self._drop_stale_heads(first[1], stale, drop)  # the next head, should it be stale, goes now
+        return batch
+
+    def _drop_stale_heads(
+        self,
+        key: tuple[uuid.UUID, ...],
+        stale: Callable[[list[ClaimedNotification]], bool],
+        drop: Callable[[list[ClaimedNotification]], None],
+    ) -> deque[tuple[int, list[ClaimedNotification]]] | None:
+        """Queue `key` without its stale heads; None (and the queue gone) once it is empty."""
+        entries = self._queues[key]
+        while entries and stale(entries[0][1]):
             drop(entries.popleft()[1])
             self._count -= 1
         if not entries:
-            del self._queues[first[1]]
-        return batch
+            del self._queues[key]
+            return None
+        return entries
 
     def clear(self) -> list[list[ClaimedNotification]]:
         """Every waiting try, in claim order, taken."""

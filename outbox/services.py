@@ -48,17 +48,12 @@ class PreparedEvents:
     inserts: list[PreparedInsert]
 
 
-# The columns an event's row is written with; the rest start empty (NULL).
-_ROW_FIELDS = (
-    "event_id",
-    "tenant_id",
-    "aggregate_id",
-    "event_type",
-    "event_payload",
-    "created_at",
-    "attempts",
-    "last_error",
-)
+# The columns an event's row is written with: its own, then those that start at their model
+# defaults (a retry count, a last error); the rest start empty (NULL).
+_EVENT_FIELDS = ("event_id", "tenant_id", "aggregate_id", "event_type", "event_payload", "created_at")
+_DEFAULT_FIELDS = ("attempts", "last_error")
+_ROW_FIELDS = (*_EVENT_FIELDS, *_DEFAULT_FIELDS)
+_DEFAULTS = tuple(OutboxEvent._meta.get_field(name).get_default() for name in _DEFAULT_FIELDS)
 
 
 def outbox_prepare(*, events: list[NewEvent]) -> PreparedEvents:
@@ -68,7 +63,7 @@ def outbox_prepare(*, events: list[NewEvent]) -> PreparedEvents:
     write, two instances cost more than their INSERT's values."""
     event_ids = [new_id() for _ in events]
     rows = [
-        (event_id, event.tenant_id, event.aggregate_id, event.type, envelope_for(event, event_id), event.at, 0, "")
+        (event_id, event.tenant_id, event.aggregate_id, event.type, envelope_for(event, event_id), event.at, *_DEFAULTS)
         for event, event_id in zip(events, event_ids, strict=True)
     ]
     step = rows_per_insert(len(_ROW_FIELDS))
