@@ -36,6 +36,11 @@ OnDue = Callable[[list[DueTimer]], None]
 # timers are due (memory stays bounded during a long burst).
 MARK_BACKLOG = 20_000
 
+# A feed (a read of the table) or a marking (a write) waits while a timer falls due within this
+# many seconds, so that it does not make that timer late; a feed never longer than one poll
+# interval.
+CLEARANCE = 0.005
+
 
 class NearTermScheduler:
     def __init__(
@@ -83,7 +88,7 @@ class NearTermScheduler:
         if full:
             # Remember the high-water mark first, so nothing registered meanwhile is skipped.
             high = timer_max_id()
-            self._push(timers_due_before(until=until, limit=50_000))
+            self._push(timers_due_before(until=until, limit=50_000, known=self._known))
             self._last_id = max(self._last_id, high)
         else:
             self._push(timers_due_before(until=until, after_id=self._last_id, limit=50_000))
@@ -147,7 +152,7 @@ class NearTermScheduler:
     def step(self) -> float:
         """Do what is due now; return how long the loop may sleep."""
         now_mono = time.monotonic()
-        if now_mono >= self._next_poll:
+        if now_mono >= self._next_poll and self._clear_to_feed(now_mono):
             started = time.monotonic()
             full = now_mono >= self._next_full
             before = len(self._known)
@@ -177,7 +182,7 @@ class NearTermScheduler:
         if self._fired and (
             self.mark_interval <= 0
             or len(self._fired) >= MARK_BACKLOG
-            or (time.monotonic() >= self._next_mark and next_due > 0.005)
+            or (time.monotonic() >= self._next_mark and next_due > CLEARANCE)
         ):
             try:
                 self.mark_reached()
@@ -186,9 +191,18 @@ class NearTermScheduler:
                 self._report(time.monotonic(), 0, exc)
             next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
         wake = self._next_poll - time.monotonic()
-        if self._fired and next_due > 0.005:  # a timer about to fall due wakes the loop anyway
+        if wake <= 0 and 0 < next_due <= CLEARANCE:  # the feed waits for that timer (_clear_to_feed)
+            wake = min(next_due, wake + self.poll_interval)
+        if self._fired and next_due > CLEARANCE:  # a timer about to fall due wakes the loop anyway
             wake = min(wake, self._next_mark - time.monotonic())
         return max(0.0, min(next_due, wake))
+
+    def _clear_to_feed(self, now_mono: float) -> bool:
+        """Whether a feed may read the table now: not while a timer falls due within
+        CLEARANCE, unless the feed has already waited a poll interval."""
+        if not self._heap or now_mono >= self._next_poll + self.poll_interval:
+            return True
+        return self._heap[0][0] - time.time() > CLEARANCE
 
     def _report(self, started: float, items: int, error: BaseException | None = None) -> None:
         if self.on_run is not None and (items or error):

@@ -1,5 +1,7 @@
 """Durable timers: idempotent registration, never re-armed once reached, indexed due query."""
 
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -8,8 +10,8 @@ from django.db import connection
 from tests.support.factories import make_call
 from tests.support.plans import query_plan, recorded_queries, selects_from
 from timer.models import TimerSchedule
-from timer.scheduler import NearTermScheduler
-from timer.selectors import timers_due_before
+from timer.scheduler import CLEARANCE, NearTermScheduler
+from timer.selectors import DueTimer, timers_due_before
 from timer.services import timer_register, timers_mark_reached
 
 
@@ -40,8 +42,6 @@ def test_the_scheduler_fires_due_timers_once_and_marks_them_reached(world):
     while datetime.now(UTC) < deadline and not fired:
         pause = scheduler.step()
         if pause:
-            import time
-
             time.sleep(min(pause, 0.05))
     assert [t.service_call_id for t in fired] == [due.pk]
     assert fired and datetime.now(UTC) >= fired[0].due_at
@@ -99,3 +99,53 @@ def test_the_feed_reads_what_the_orm_reads_with_aware_due_times(world):
     assert [tuple(vars(t).values()) for t in new] == list(
         pending.filter(id__gt=after).order_by("id").values_list(*fields)[:2]
     )
+
+
+def test_the_full_refresh_reads_only_the_timers_not_yet_known(world):
+    """The full refresh reads every timer of the horizon; those already on the heap are left out
+    before their values are read, the others come back as without `known`."""
+    calls = [make_call(name=f"c{n}", due_in=30 + n) for n in range(4)]
+    until = datetime.now(UTC) + timedelta(minutes=1)
+    every = timers_due_before(until=until)
+    assert [t.service_call_id for t in every] == [call.pk for call in calls]
+    known = {every[0].id, every[2].id}
+    assert timers_due_before(until=until, known=known) == [every[1], every[3]]
+
+
+def _due_soon(scheduler: NearTermScheduler, seconds: float, timer_id: int = -1) -> None:
+    """A timer on the heap (not in the table: a negative id, below the feed's high-water mark)
+    falling due in `seconds`."""
+    due_at = datetime.now(UTC) + timedelta(seconds=seconds)
+    scheduler._push([DueTimer(timer_id, "acme", uuid.uuid4(), due_at, "c")])
+
+
+def test_a_feed_waits_while_a_timer_falls_due_but_never_longer_than_a_poll(world):
+    """Reading the table while a timer falls due would make it late: a feed that is due waits
+    until that timer has fired (CLEARANCE), but never longer than one poll interval."""
+    fired = []
+    scheduler = NearTermScheduler(fired.extend, poll_interval=0.2, horizon=60)
+    scheduler.step()  # the first feed
+    call = make_call(due_in=30)  # registered since: the next feed reads it
+
+    _due_soon(scheduler, 0.003)
+    scheduler._next_poll = time.monotonic()  # the feed is due
+    with recorded_queries() as queries:
+        pause = scheduler.step()
+    assert not selects_from(queries, "timer_schedules")  # it waits for the timer
+    assert 0 < pause <= CLEARANCE
+
+    time.sleep(pause)
+    while not fired:
+        scheduler.step()
+    assert [t.id for t in fired] == [-1]
+    with recorded_queries() as queries:
+        scheduler.step()  # no timer falls due soon: the feed runs
+    assert selects_from(queries, "timer_schedules")
+    assert [timer.service_call_id for _, _, timer in scheduler._heap] == [call.pk]
+
+    # A timer falling due at every look cannot hold the feed back longer than a poll interval.
+    scheduler._next_poll = time.monotonic() - scheduler.poll_interval
+    _due_soon(scheduler, 0.003, timer_id=-2)
+    with recorded_queries() as queries:
+        scheduler.step()
+    assert selects_from(queries, "timer_schedules")
