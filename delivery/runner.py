@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 
+from core.db import ChangeWatch
 from core.ids import utcnow
 from delivery.models import Subscription
 from delivery.selectors import notifications_due_exist
@@ -44,6 +45,9 @@ logger = logging.getLogger("serviceagent.delivery")
 RECORD_TRIES = 3
 # How often a loop that waits for its worker's heartbeat says so, at most.
 UNSURE_LOG_SECONDS = 10.0
+# With no notification due and nothing committed since, the loop's looks are skipped; one reads
+# at least this often (a retry falls due by the clock; the shortest step is 5 s, ±10 %).
+DUE_QUIET_RECHECK_SECONDS = 0.5
 
 
 def _error(exc: BaseException) -> str:
@@ -112,6 +116,11 @@ class Deliverer:
         self._offers: list[_Offer] = []
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
+        # Notifications are made due by commits, and by the clock (a retry): a skipped look
+        # (core.db.ChangeWatch) is made up within DUE_QUIET_RECHECK_SECONDS. This loop's own
+        # writes make none due at once: a recorded failure is due later, and the next event of
+        # a queue is due from its fan-out on (it waits only for the claim's order).
+        self._due_watch = ChangeWatch(recheck=DUE_QUIET_RECHECK_SECONDS)
         self._unsure_logged_at = -UNSURE_LOG_SECONDS
 
     def step(self) -> int:
@@ -121,7 +130,7 @@ class Deliverer:
         session = self.session()
         if session is None:
             self._note_unsure()
-        claim = session is not None and self.may_claim() and notifications_due_exist()
+        claim = session is not None and self.may_claim() and self._due_watch.read(notifications_due_exist, empty=False)
         ready = self._take_ready()
         claimed: list[ClaimedNotification] = []
         try:

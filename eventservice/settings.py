@@ -362,6 +362,8 @@ Q_CLUSTER = {
 }
 if Q_BROKER == "orm":
     Q_CLUSTER["orm"] = "default"
+    # django-q2's ORM broker, whose idle polls skip the read while nothing was committed.
+    Q_CLUSTER["broker_class"] = "workers.broker.ORMBroker"
 elif Q_BROKER.startswith(("redis://", "rediss://")):
     Q_CLUSTER["redis"] = Q_BROKER
 else:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 
+from core.db import ChangeWatch
 from timer.selectors import DueTimer, timer_max_id, timers_due_before
 from timer.services import timers_mark_reached
 
@@ -73,6 +74,9 @@ class NearTermScheduler:
         # Fired (on_due returned) but not yet marked Reached in the table.
         self._fired: list[int] = []
         self._next_mark = 0.0
+        # The incremental feed reads new rows only, which only a commit makes; the full
+        # refresh reads on its own clock.
+        self._feed_watch = ChangeWatch(recheck=self.full_refresh)
 
     # -- feeding ------------------------------------------------------------------------------
     def _push(self, timers: list[DueTimer]) -> None:
@@ -91,7 +95,12 @@ class NearTermScheduler:
             self._push(timers_due_before(until=until, limit=50_000, known=self._known))
             self._last_id = max(self._last_id, high)
         else:
-            self._push(timers_due_before(until=until, after_id=self._last_id, limit=50_000))
+            # Only what was committed since: skipped while nothing was (core.db.ChangeWatch).
+            self._push(
+                self._feed_watch.read(
+                    lambda: timers_due_before(until=until, after_id=self._last_id, limit=50_000), empty=[]
+                )
+            )
 
     # -- firing -------------------------------------------------------------------------------
     def _pop_due(self, now: float) -> list[DueTimer]:

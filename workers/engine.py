@@ -30,11 +30,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from core.db import urgent_writes
+from core.db import ChangeWatch, urgent_writes
 from core.ids import utcnow
 from delivery.fanout import NotificationSink
 from delivery.runner import Deliverer
@@ -77,6 +78,9 @@ BACKLOG_POLL_SECONDS = 0.02
 # free it never waits longer than this (a pool kept nearly full by slow calls).
 BACKLOG_MIN_CLAIM = 16
 BACKLOG_MAX_WAIT_SECONDS = 0.2
+# With nothing overdue and nothing committed since, its looks are skipped; one reads at least
+# this often, as calls also fall due by the clock alone.
+BACKLOG_QUIET_RECHECK_SECONDS = 0.1
 # A due call whose start failed in the backlog is left aside this long (logged), not retried in
 # a tight loop; the others go on.
 SET_ASIDE_SECONDS = 60.0
@@ -102,6 +106,9 @@ DELIVERY_STOP_SECONDS = 5.0
 # Outbox events claimed per dispatch transaction, at most (OUTBOX_BATCH_SIZE may be smaller):
 # a due timer waits for the transaction in progress, so none may be long.
 DISPATCH_CHUNK = 100
+# With nothing to publish and nothing committed since, the dispatcher's looks are skipped; one
+# reads at least this often (a publication that failed is tried again by the clock).
+DISPATCH_QUIET_RECHECK_SECONDS = 0.5
 
 
 class WriteGate:
@@ -378,6 +385,8 @@ class Engine:
         calls keep nearly full (or a small one) still starts the backlog. A start that fails sets
         its calls aside for a while, one by one, so one bad row never stops the others."""
         last_claim = time.monotonic()
+        # Calls fall due by the clock too: a skipped look (core.db.ChangeWatch) is made up soon.
+        watch = ChangeWatch(recheck=BACKLOG_QUIET_RECHECK_SECONDS)
         while not self.stop_event.is_set():
             now = time.monotonic()
             for pk, until in list(self._set_aside.items()):
@@ -385,7 +394,8 @@ class Engine:
                     del self._set_aside[pk]
             due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
             free = self.room()
-            if free and service_calls_overdue_exist(due_before=due_before, exclude=list(self._set_aside)):
+            look = partial(service_calls_overdue_exist, due_before=due_before, exclude=list(self._set_aside))
+            if free and watch.read(look, empty=False):
                 at_least = self._min_claim if now - last_claim < BACKLOG_MAX_WAIT_SECONDS else 1
                 with self.reserve(START_CHUNK, at_least=at_least) as room:
                     if room:
@@ -396,7 +406,8 @@ class Engine:
                             continue
             elif free:
                 last_claim = now  # nothing waits: the wait for a full chunk starts afresh
-            self._room.wait(BACKLOG_POLL_SECONDS)
+            if self._room.wait(BACKLOG_POLL_SECONDS):
+                watch.forget()  # room freed, or the timer left due calls to the backlog: look
             self._room.clear()
 
     def _start_overdue(self, due_before, room: Reservation) -> int:
@@ -523,8 +534,16 @@ class Engine:
         with self.gate.slot():
             nats_subscription_ensure()
         published = 0
+        # Events are made by commits, but a failed publication is tried again by the clock: a
+        # skipped look (core.db.ChangeWatch) is made up within DISPATCH_QUIET_RECHECK_SECONDS.
+        watch = ChangeWatch(recheck=DISPATCH_QUIET_RECHECK_SECONDS)
         while not self.stop_event.is_set():
             started = time.monotonic()
+            mark = watch.mark()
+            if mark is None:
+                published = 0
+                self.stop_event.wait(idle)
+                continue
             # Behind (its last batch was full): ahead of the other writers but the timer, as
             # every delivery waits for its fan-out; caught up, in turn with them.
             guard = self.gate.early if published >= limit else self.gate.slot
@@ -547,6 +566,7 @@ class Engine:
                 close_old_connections()
                 self.stop_event.wait(1.0)
                 continue
+            watch.done(mark, found=published > 0)
             self._record_run("dispatch", started=started, items=published)
             if published < limit:
                 # Caught up: let events gather for one poll interval rather than take the

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 
 from django.db import close_old_connections
 
+from core.db import ChangeWatch
 from orchestration.admission import flow_round, tenant_has_limits
 from orchestration.services import CallKey
 
@@ -31,6 +32,8 @@ FLOW_POLL_SECONDS = 0.02
 FLOW_BATCH = 50
 # After a round that failed (the database away), before the next one.
 ERROR_PAUSE_SECONDS = 1.0
+# With none held and nothing committed since, rounds are skipped; one reads at least this often.
+QUIET_RECHECK_SECONDS = 1.0
 
 # Starts the given calls and hands their attempts to the execution pool; returns how many started.
 Start = Callable[[list[CallKey]], int]
@@ -50,6 +53,7 @@ class FlowLoop:
         self.batch = batch
         self.on_run = on_run
         self._wake = threading.Event()
+        self._watch = ChangeWatch(recheck=QUIET_RECHECK_SECONDS)
 
     def finished(self, tenant_ids: Iterable[str]) -> None:
         """Calls of these tenants finished: if any has limits, room may have freed."""
@@ -59,7 +63,13 @@ class FlowLoop:
     def step(self) -> float:
         """One round; returns how long the loop may sleep."""
         started_at = time.monotonic()
+        # Calls are held only by a start, which commits: while nothing has been committed since
+        # a round found none held, none is (core.db.ChangeWatch).
+        mark = self._watch.mark()
+        if mark is None:
+            return self.poll
         plan = flow_round(batch=self.batch)
+        self._watch.done(mark, found=plan.held)
         if not plan.held:
             return self.poll
         started = 0

@@ -1,5 +1,6 @@
 """Durable timers: idempotent registration, never re-armed once reached, indexed due query."""
 
+import threading
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -149,3 +150,35 @@ def test_a_feed_waits_while_a_timer_falls_due_but_never_longer_than_a_poll(world
     with recorded_queries() as queries:
         scheduler.step()
     assert selects_from(queries, "timer_schedules")
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the skipped reads are SQLite's")
+@pytest.mark.django_db(transaction=True)
+def test_the_incremental_feed_reads_only_after_a_commit_and_sees_every_new_timer(world):
+    """While nothing has been committed since a feed found nothing, the next is skipped
+    (core.db.ChangeWatch); a timer registered meanwhile by another connection is read."""
+    scheduler = NearTermScheduler(lambda batch: None, poll_interval=0.01, horizon=60, full_refresh=30)
+
+    def feed() -> int:
+        scheduler._next_poll = 0.0
+        with recorded_queries() as queries:
+            scheduler.step()
+        return len(selects_from(queries, "timer_schedules"))
+
+    assert feed() >= 1  # the first, full refresh
+    assert feed() == 1  # the incremental feed: nothing new
+    assert feed() == 0  # nothing committed since: skipped
+
+    registered = []
+
+    def register() -> None:
+        try:
+            registered.append(make_call(due_in=30))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=register)
+    thread.start()
+    thread.join(10)
+    assert feed() == 1
+    assert [timer.service_call_id for _, _, timer in scheduler._heap] == [registered[0].pk]
