@@ -421,8 +421,19 @@ def db_datetime(value: Any) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=connections[DEFAULT_DB_ALIAS].timezone)
 
 
-# SELECT statements of `rows_by_key` by model, fields, key count, conditions, lock and vendor.
-_SELECTS: dict[tuple[Any, ...], str] = {}
+@dataclass(frozen=True)
+class _KeyRead:
+    """A `rows_by_key` read: its SELECT, and how its rows become model instances."""
+
+    sql: str
+    # The attnames of the selected columns, in the model's field order (Model.from_db's).
+    names: tuple[str, ...]
+    # (position, column, the backend's and the field's converters) where a column has any.
+    converters: tuple[tuple[int, Any, tuple[Callable[..., Any], ...]], ...]
+
+
+# The reads of `rows_by_key` by model, fields, key count, conditions, lock and vendor.
+_SELECTS: dict[tuple[Any, ...], _KeyRead] = {}
 _KEY_OPERATORS = {"exact": "=", "lte": "<="}
 
 
@@ -441,7 +452,8 @@ def rows_by_key(
     out. What the ORM's `filter(pk__in=keys, **where).only(*fields)` runs (with
     `.select_for_update(skip_locked=True)`), its statement built once per process instead of
     compiled on every call (the timer's start of one due call paid more for that compilation
-    than for the database's work)."""
+    than for the database's work); its rows become instances as a raw queryset makes them (the
+    fields' converters, Model.from_db), with what that works out on every call worked out once."""
     if not keys:
         return []
     conn = connections[DEFAULT_DB_ALIAS]
@@ -454,25 +466,57 @@ def rows_by_key(
         if op not in _KEY_OPERATORS or value is None:
             raise ValueError(f"rows_by_key: {name}__{op} = {value!r} is not an = or <= of a value")
     key = (model, tuple(names), len(keys), tuple((name, op) for name, op, _ in lookups), skip_locked, conn.vendor)
-    sql = _SELECTS.get(key)
-    if sql is None:
-        quote = conn.ops.quote_name
-        columns = [meta.pk.column, *(meta.get_field(name).column for name in names if name != meta.pk.name)]
-        conditions = [f"{quote(meta.pk.column)} IN ({', '.join(['%s'] * len(keys))})"] + [
-            f"{quote(meta.get_field(name).column)} {_KEY_OPERATORS[op]} %s" for name, op, _ in lookups
-        ]
-        sql = (
-            f"SELECT {', '.join(quote(column) for column in columns)} FROM {quote(meta.db_table)} "
-            f"WHERE {' AND '.join(conditions)}"
-        )
-        if skip_locked and conn.features.has_select_for_update_skip_locked:
-            sql += " FOR UPDATE SKIP LOCKED"
+    read = _SELECTS.get(key)
+    if read is None:
+        read = _key_read(conn, model, names, len(keys), lookups, skip_locked)
         with _STATEMENTS_LOCK:
-            _SELECTS[key] = sql
+            _SELECTS[key] = read
     params = [meta.pk.get_db_prep_value(value, conn) for value in keys] + [
         meta.get_field(name).get_db_prep_value(value, conn) for name, _, value in lookups
     ]
-    return list(model._base_manager.raw(sql, params))
+    with conn.cursor() as cursor:
+        cursor.execute(read.sql, params)
+        rows = cursor.fetchall()
+    if read.converters:
+        rows = [_converted(list(row), read.converters, conn) for row in rows]
+    return [model.from_db(conn.alias, read.names, row) for row in rows]
+
+
+def _key_read(
+    conn: Any, model: type[Model], names: list[str], keys: int, lookups: list[tuple[str, str, Any]], skip_locked: bool
+) -> _KeyRead:
+    meta = model._meta
+    quote = conn.ops.quote_name
+    wanted = {meta.get_field(name).attname for name in names} | {meta.pk.attname}
+    selected = [model_field for model_field in meta.concrete_fields if model_field.attname in wanted]
+    conditions = [f"{quote(meta.pk.column)} IN ({', '.join(['%s'] * keys)})"] + [
+        f"{quote(meta.get_field(name).column)} {_KEY_OPERATORS[op]} %s" for name, op, _ in lookups
+    ]
+    sql = (
+        f"SELECT {', '.join(quote(model_field.column) for model_field in selected)} FROM {quote(meta.db_table)} "
+        f"WHERE {' AND '.join(conditions)}"
+    )
+    if skip_locked and conn.features.has_select_for_update_skip_locked:
+        sql += " FOR UPDATE SKIP LOCKED"
+    # What SQLCompiler.get_converters finds for each column of a raw queryset.
+    converters = []
+    for position, model_field in enumerate(selected):
+        column = model_field.get_col(meta.db_table)
+        found = conn.ops.get_db_converters(column) + column.get_db_converters(conn)
+        if found:
+            converters.append((position, column, tuple(found)))
+    return _KeyRead(sql, tuple(model_field.attname for model_field in selected), tuple(converters))
+
+
+def _converted(
+    row: list[Any], converters: tuple[tuple[int, Any, tuple[Callable[..., Any], ...]], ...], conn: Any
+) -> list:
+    for position, column, functions in converters:
+        value = row[position]
+        for convert in functions:
+            value = convert(value, column, conn)
+        row[position] = value
+    return row
 
 
 def update_many(

@@ -12,12 +12,13 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import F, IntegerChoices
 from django.utils.translation import gettext_lazy
 
-from core.db import insert_prepare, saver
+from core.db import insert_prepare, rows_by_key, saver
 from core.ids import iso_ms
 from delivery.models import Notification
 from orchestration.models import ServiceCall, ServiceCallTag
 from outbox.models import OutboxEvent
 from tenants.models import ApiKey
+from tests.support.factories import make_call
 
 
 @pytest.mark.parametrize(
@@ -103,3 +104,28 @@ def test_an_insert_sets_what_pre_save_sets_auto_now_add_included():
     insert_prepare([key]).run()
     assert key.created_at is not None  # auto_now_add: pre_save set it, as save() would
     assert ApiKey.objects.get(key_hash="h" * 64).created_at == key.created_at
+
+
+@pytest.mark.django_db
+@pytest.mark.also_postgres
+@pytest.mark.parametrize("fields", [None, ("tenant", "request_spec", "due_at", "attempts", "held_since")])
+def test_rows_by_key_makes_the_instances_the_orm_makes(world, fields):
+    """core.db.rows_by_key reads its rows by a statement built once and turns them into
+    instances itself: every loaded value (JSON, aware datetimes, UUIDs, nulls) and the deferred
+    fields must be the ORM's."""
+    calls = [
+        make_call("acme", name="one", headers={"X-A": "1"}, body={"n": [1, 2]}, tags=["a"], due_in=60),
+        make_call("globex", name="two", method="POST", body="text", due_in=0),
+    ]
+    keys = [call.pk for call in calls]
+    ours = {row.pk: row for row in rows_by_key(ServiceCall, keys=keys, fields=fields)}
+    orm = ServiceCall.objects.filter(pk__in=keys)
+    for expected in orm.only(*fields) if fields else orm:
+        row = ours.pop(expected.pk)
+        assert row.get_deferred_fields() == expected.get_deferred_fields()
+        loaded = [
+            f.attname for f in ServiceCall._meta.concrete_fields if f.attname not in expected.get_deferred_fields()
+        ]
+        assert {name: getattr(row, name) for name in loaded} == {name: getattr(expected, name) for name in loaded}
+        assert (row._state.adding, row._state.db) == (False, expected._state.db)
+    assert ours == {}
