@@ -23,6 +23,7 @@ from functools import partial
 from operator import attrgetter
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connection, connections, transaction
 from django.db.models import (
     AutoField,
@@ -291,7 +292,8 @@ def sql_query(template: str, params: Sequence[Any] = (), **models: type[Model]) 
     `db_uuid` and `db_datetime`."""
     conn = connections[DEFAULT_DB_ALIAS]
     with conn.cursor() as cursor:
-        cursor.execute(_formatted(conn, template, models), [_adapt(conn, value) for value in params])
+        adapt = _adapter(conn)
+        cursor.execute(_formatted(conn, template, models), [adapt(value) for value in params])
         return cursor.fetchall() if cursor.description is not None else []
 
 
@@ -380,7 +382,8 @@ def sql_execute_many(template: str, rows: Sequence[Sequence[Any]], **models: typ
         return
     conn = connections[DEFAULT_DB_ALIAS]
     with conn.cursor() as cursor:
-        cursor.executemany(_formatted(conn, template, models), [[_adapt(conn, value) for value in row] for row in rows])
+        adapt = _adapter(conn)
+        cursor.executemany(_formatted(conn, template, models), [[adapt(value) for value in row] for row in rows])
 
 
 def _formatted(conn: Any, template: str, models: dict[str, type[Model]]) -> str:
@@ -394,18 +397,37 @@ def _formatted(conn: Any, template: str, models: dict[str, type[Model]]) -> str:
     return sql
 
 
-def _adapt(conn: Any, value: Any) -> Any:
-    if isinstance(value, datetime):
-        return conn.ops.adapt_datetimefield_value(value)
-    if isinstance(value, uuid.UUID) and not conn.features.has_native_uuid_field:
-        return value.hex
-    return value
+def _adapter(conn: Any) -> Callable[[Any], Any]:
+    """How sql_query passes a value on `conn`: a datetime or a UUID as the ORM stores it. For an
+    aware datetime on SQLite, what `adapt_datetimefield_value` makes of it (the text of the naive
+    time in the connection's zone), with the settings it reads read once per statement rather
+    than once per value: the record of a batch of delivery tries passes hundreds."""
+    vendor_adapt = conn.ops.adapt_datetimefield_value
+    if conn.vendor == "sqlite" and settings.USE_TZ:
+        zone = conn.timezone
+
+        def adapt_datetime(value: datetime) -> Any:
+            if value.tzinfo is None:
+                return vendor_adapt(value)
+            return str(value.astimezone(zone).replace(tzinfo=None))
+    else:
+        adapt_datetime = vendor_adapt
+    uuid_as_hex = not conn.features.has_native_uuid_field
+
+    def adapt(value: Any) -> Any:
+        if isinstance(value, datetime):
+            return adapt_datetime(value)
+        if uuid_as_hex and isinstance(value, uuid.UUID):
+            return value.hex
+        return value
+
+    return adapt
 
 
 def db_param(value: Any) -> Any:
     """`value` as sql_query passes it: what a raw read of its column gives back, so that many
     rows read can be compared with a few values made this way rather than each turned back."""
-    return _adapt(connections[DEFAULT_DB_ALIAS], value)
+    return _adapter(connections[DEFAULT_DB_ALIAS])(value)
 
 
 def db_uuid(value: Any) -> uuid.UUID:
@@ -428,8 +450,10 @@ class _KeyRead:
     sql: str
     # The attnames of the selected columns, in the model's field order (Model.from_db's).
     names: tuple[str, ...]
-    # (position, column, the backend's and the field's converters) where a column has any.
-    converters: tuple[tuple[int, Any, tuple[Callable[..., Any], ...]], ...]
+    # (position, column, converters) where a column has any: each converter a function and
+    # whether it is the backend's (a method of the connection's `ops`, called on the `ops` of
+    # the connection that reads: each thread has its own) or the field's.
+    converters: tuple[tuple[int, Any, tuple[tuple[Callable[..., Any], bool], ...]], ...]
 
 
 # The reads of `rows_by_key` by model, fields, key count, conditions, lock and vendor.
@@ -502,19 +526,22 @@ def _key_read(
     converters = []
     for position, model_field in enumerate(selected):
         column = model_field.get_col(meta.db_table)
-        found = conn.ops.get_db_converters(column) + column.get_db_converters(conn)
+        found = [
+            (function.__func__, True) if getattr(function, "__self__", None) is conn.ops else (function, False)
+            for function in conn.ops.get_db_converters(column) + column.get_db_converters(conn)
+        ]
         if found:
             converters.append((position, column, tuple(found)))
     return _KeyRead(sql, tuple(model_field.attname for model_field in selected), tuple(converters))
 
 
 def _converted(
-    row: list[Any], converters: tuple[tuple[int, Any, tuple[Callable[..., Any], ...]], ...], conn: Any
+    row: list[Any], converters: tuple[tuple[int, Any, tuple[tuple[Callable[..., Any], bool], ...]], ...], conn: Any
 ) -> list:
     for position, column, functions in converters:
         value = row[position]
-        for convert in functions:
-            value = convert(value, column, conn)
+        for convert, on_ops in functions:
+            value = convert(conn.ops, value, column, conn) if on_ops else convert(value, column, conn)
         row[position] = value
     return row
 

@@ -84,6 +84,7 @@ class Deliverer:
         write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
         may_claim: Callable[[], bool] | None = None,
         session: Callable[[], str | None] = lambda: "",
+        due_recheck: float = DUE_QUIET_RECHECK_SECONDS,
     ) -> None:
         self.concurrency = concurrency
         # Read once. The lease (delivery.services.lease_length) is long enough for this depth
@@ -116,11 +117,12 @@ class Deliverer:
         self._offers: list[_Offer] = []
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
-        # Notifications are made due by commits, and by the clock (a retry): a skipped look
-        # (core.db.ChangeWatch) is made up within DUE_QUIET_RECHECK_SECONDS. This loop's own
-        # writes make none due at once: a recorded failure is due later, and the next event of
-        # a queue is due from its fan-out on (it waits only for the claim's order).
-        self._due_watch = ChangeWatch(recheck=DUE_QUIET_RECHECK_SECONDS)
+        # Notifications are made due by commits, and by the clock (a retry, a lease): a skipped
+        # look (core.db.ChangeWatch) is made up within `due_recheck` seconds. The delivery loop's
+        # own writes make none due at once: a recorded failure is due later, and the next event
+        # of a queue is due from its fan-out on (it waits only for the claim's order). A caller
+        # that fans out on the loop's own connection passes 0: every look reads.
+        self._due_watch = ChangeWatch(recheck=due_recheck)
         self._unsure_logged_at = -UNSURE_LOG_SECONDS
 
     def step(self) -> int:

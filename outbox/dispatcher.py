@@ -16,10 +16,11 @@ import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.db import connection, transaction
 
-from core.db import db_datetime, db_uuid, sql_query, take_turn
+from core.db import ChangeWatch, db_datetime, db_uuid, sql_query, take_turn
 from core.ids import utcnow
 from outbox.models import OutboxEvent
 from outbox.services import outbox_mark_published
@@ -114,15 +115,19 @@ def dispatch_batch(
     limit: int = 500,
     sinks: Sequence[Sink] | None = None,
     write_guard: Callable[[], AbstractContextManager] = nullcontext,
+    watch: ChangeWatch | None = None,
 ) -> int:
     """Publish one batch; returns how many events were published.
 
     `write_guard` wraps each write transaction (the one of a batch; on the leased path the
     claim and the settling, not the publishing): the engine passes its process-wide write gate.
+    `watch`: the polling loop's, which skips the first look while nothing was committed since
+    it last found nothing claimable (core.db.ChangeWatch).
     """
     # A plain read first: an idle dispatcher polls often, and on SQLite every write
     # transaction takes the database's one write lock, which the timer loop may be waiting for.
-    if not claimable_exist(utcnow()):
+    look = partial(claimable_exist, utcnow())
+    if not (look() if watch is None else watch.read(look, empty=False)):
         return 0
     sinks = configured_sinks() if sinks is None else sinks
     if all(getattr(sink, "in_transaction", False) for sink in sinks):

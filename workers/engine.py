@@ -406,9 +406,10 @@ class Engine:
                             continue
             elif free:
                 last_claim = now  # nothing waits: the wait for a full chunk starts afresh
-            if self._room.wait(BACKLOG_POLL_SECONDS):
-                watch.forget()  # room freed, or the timer left due calls to the backlog: look
-            self._room.clear()
+            self._room.wait(BACKLOG_POLL_SECONDS)
+            if self._room.is_set():  # room freed, or the timer left due calls to the backlog
+                self._room.clear()  # (a wake that comes after this stays set for the next wait)
+                watch.forget()
 
     def _start_overdue(self, due_before, room: Reservation) -> int:
         exclude = list(self._set_aside)
@@ -534,16 +535,12 @@ class Engine:
         with self.gate.slot():
             nats_subscription_ensure()
         published = 0
-        # Events are made by commits, but a failed publication is tried again by the clock: a
-        # skipped look (core.db.ChangeWatch) is made up within DISPATCH_QUIET_RECHECK_SECONDS.
+        # Events are made by commits, but a failed publication, or a dead dispatcher's lease,
+        # falls due by the clock: a skipped look (core.db.ChangeWatch) is made up within
+        # DISPATCH_QUIET_RECHECK_SECONDS.
         watch = ChangeWatch(recheck=DISPATCH_QUIET_RECHECK_SECONDS)
         while not self.stop_event.is_set():
             started = time.monotonic()
-            mark = watch.mark()
-            if mark is None:
-                published = 0
-                self.stop_event.wait(idle)
-                continue
             # Behind (its last batch was full): ahead of the other writers but the timer, as
             # every delivery waits for its fan-out; caught up, in turn with them.
             guard = self.gate.early if published >= limit else self.gate.slot
@@ -557,7 +554,7 @@ class Engine:
                     for sink in configured_sinks()
                 )
                 try:
-                    published = dispatch_batch(limit=limit, write_guard=guard, sinks=sinks)
+                    published = dispatch_batch(limit=limit, write_guard=guard, sinks=sinks, watch=watch)
                 finally:
                     deliverer.offers_done()  # the room not taken given back at once, the taken tried
             except Exception as exc:
@@ -566,7 +563,6 @@ class Engine:
                 close_old_connections()
                 self.stop_event.wait(1.0)
                 continue
-            watch.done(mark, found=published > 0)
             self._record_run("dispatch", started=started, items=published)
             if published < limit:
                 # Caught up: let events gather for one poll interval rather than take the

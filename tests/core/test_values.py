@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, connections
-from django.db.models import F, IntegerChoices
+from django.db.models import F, IntegerChoices, UUIDField
 from django.utils.translation import gettext_lazy
 
-from core.db import insert_prepare, rows_by_key, saver
+from core.db import db_param, insert_prepare, rows_by_key, saver
 from core.ids import iso_ms
 from delivery.models import Notification
 from orchestration.models import ServiceCall, ServiceCallTag
@@ -129,3 +129,21 @@ def test_rows_by_key_makes_the_instances_the_orm_makes(world, fields):
         assert {name: getattr(row, name) for name in loaded} == {name: getattr(expected, name) for name in loaded}
         assert (row._state.adding, row._state.db) == (False, expected._state.db)
     assert ours == {}
+
+
+@pytest.mark.django_db
+@pytest.mark.also_postgres
+def test_a_datetime_or_uuid_a_statement_passes_is_what_the_orm_passes():
+    """core.db's statements (sql_query, sql_execute_many) adapt their datetimes themselves: each
+    must be what the backend's own adaptation makes of it, whatever its zone."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    values = [
+        datetime(2026, 11, 27, 8, 0, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 0, 0, 1, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+        datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone(timedelta(hours=-8))),
+        datetime(2026, 3, 29, 1, 30, tzinfo=timezone(timedelta(hours=14))),
+    ]
+    assert [db_param(value) for value in values] == [conn.ops.adapt_datetimefield_value(v) for v in values]
+    key = uuid.uuid4()
+    assert db_param(key) == UUIDField().get_db_prep_value(key, conn)
+    assert db_param("text") == "text" and db_param(3) == 3

@@ -1,14 +1,18 @@
 """The dispatcher publishes in order per call, and one poisoned row never blocks the others."""
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
+from core.db import ChangeWatch
 from core.ids import new_id, utcnow
 from outbox.dispatcher import dispatch_batch
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append, outbox_publish_again
 from tests.support.factories import make_event
+from tests.support.plans import recorded_queries, selects_from
 
 
 class RecordingSink:
@@ -210,3 +214,30 @@ def test_the_claim_reads_what_the_orm_query_reads(db):
     with transaction.atomic():
         labels = [row.event_payload["payload"]["label"] for row in _claimable_rows(now, 100)]
     assert labels == ["first", "lease ran out", "second"]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the skipped looks are SQLite's")
+@pytest.mark.django_db(transaction=True)
+def test_a_watched_dispatcher_skips_its_look_until_another_connection_commits():
+    """The engine's dispatch loop passes its ChangeWatch: once a look found nothing claimable,
+    the next looks are skipped until another connection commits, and what it committed is
+    published at the next one."""
+    sink, watch = RecordingSink(), ChangeWatch(recheck=60)
+    append(new_id(), "first")
+    assert dispatch_batch(sinks=[sink], watch=watch) == 1
+    assert dispatch_batch(sinks=[sink], watch=watch) == 0  # it found one last time: it looks
+    with recorded_queries() as queries:
+        assert dispatch_batch(sinks=[sink], watch=watch) == 0
+    assert not selects_from(queries, "outbox")
+
+    def append_elsewhere() -> None:
+        try:
+            append(new_id(), "second")
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=append_elsewhere)
+    thread.start()
+    thread.join(10)
+    assert dispatch_batch(sinks=[sink], watch=watch) == 1
+    assert [envelope["payload"]["label"] for envelope in sink.published] == ["first", "second"]
