@@ -394,8 +394,9 @@ class Engine:
                     del self._set_aside[pk]
             due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
             free = self.room()
-            look = partial(service_calls_overdue_exist, due_before=due_before, exclude=list(self._set_aside))
-            if free and watch.read(look, empty=False):
+            if free and watch.read(
+                partial(service_calls_overdue_exist, due_before=due_before, exclude=list(self._set_aside)), empty=False
+            ):
                 at_least = self._min_claim if now - last_claim < BACKLOG_MAX_WAIT_SECONDS else 1
                 with self.reserve(START_CHUNK, at_least=at_least) as room:
                     if room:
