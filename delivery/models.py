@@ -16,8 +16,9 @@ class Subscription(models.Model):
 
     subscription_id = models.UUIDField(primary_key=True, editable=False)
     # Null: operator-wide (every tenant's events); set: that tenant's events only.
+    # No index of its own: subscriptions_tenant_enabled leads with it (core/schema.py).
     tenant = models.ForeignKey(
-        "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="subscriptions"
+        "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="subscriptions", db_index=False
     )
     kind = models.CharField(max_length=16, choices=Kind.choices)
     name = models.CharField(max_length=200)
@@ -70,7 +71,11 @@ class Notification(models.Model):
         EXPIRED = "EXPIRED"
 
     notification_id = models.UUIDField(primary_key=True, editable=False)
-    subscription = models.ForeignKey(Subscription, on_delete=models.CASCADE, related_name="notifications")
+    # No index of its own: event_notifications_sub_new (subscription, created_at) leads with it
+    # (core/schema.py, DropForeignKeyIndex).
+    subscription = models.ForeignKey(
+        Subscription, on_delete=models.CASCADE, related_name="notifications", db_index=False
+    )
     # The event, copied at fan-out so a delivery reads one row (and outlives outbox retention).
     tenant_id = models.CharField(max_length=63)
     event_id = models.UUIDField()
@@ -160,7 +165,11 @@ class DeliveryAttempt(models.Model):
         SCHEDULED = "scheduled"
         MANUAL = "manual"
 
-    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="delivery_attempts")
+    # No index of its own: the unique (notification, n) leads with it (core/schema.py,
+    # DropForeignKeyIndex).
+    notification = models.ForeignKey(
+        Notification, on_delete=models.CASCADE, related_name="delivery_attempts", db_index=False
+    )
     n = models.PositiveIntegerField()
     trigger = models.CharField(max_length=16, choices=Trigger.choices)
     started_at = models.DateTimeField()

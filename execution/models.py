@@ -19,7 +19,11 @@ class HttpExecution(models.Model):
         INTERRUPTED = "Interrupted"
 
     execution_id = models.UUIDField(primary_key=True, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
+    # No index of its own: the unique (tenant, call, attempt) leads with it (core/schema.py,
+    # DropForeignKeyIndex).
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+", db_index=False
+    )
     service_call = models.ForeignKey(
         "orchestration.ServiceCall",
         on_delete=models.CASCADE,

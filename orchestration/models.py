@@ -24,7 +24,11 @@ class ServiceCall(models.Model):
     # A UUID v7 is unique on its own, so it is the Django primary key; the seed's composite
     # key (tenant_id, service_call_id) is kept as a unique constraint (docs/schema.md).
     service_call_id = models.UUIDField(primary_key=True, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
+    # No index of its own: the unique (tenant_id, service_call_id) leads with it (core/schema.py,
+    # DropForeignKeyIndex).
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+", db_index=False
+    )
     name = models.CharField(max_length=200)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.SCHEDULED)
     submitted_at = models.DateTimeField()
@@ -151,7 +155,10 @@ class ServiceCall(models.Model):
 
 
 class ServiceCallTag(models.Model):
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
+    # No index of its own: the unique (tenant, call, tag) and the tag index lead with it.
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+", db_index=False
+    )
     service_call = models.ForeignKey(
         ServiceCall, on_delete=models.CASCADE, db_column="service_call_id", related_name="tag_rows"
     )

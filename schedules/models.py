@@ -11,7 +11,10 @@ from core.fields import JSONField
 
 class Schedule(models.Model):
     schedule_id = models.UUIDField(primary_key=True, editable=False)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
+    # No index of its own: schedules_tenant leads with it (core/schema.py).
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+", db_index=False
+    )
     name = models.CharField(max_length=200)
     # Five fields, normalised (schedules.cron.parse_cron), evaluated in `timezone`.
     cron = models.CharField(max_length=120)

@@ -33,7 +33,8 @@ class Membership(models.Model):
         OWNER = "owner", "Owner"
         MEMBER = "member", "Member"
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    # No index of its own: the unique (tenant, user) leads with it (core/schema.py).
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships", db_index=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
     created_at = models.DateTimeField(auto_now_add=True)

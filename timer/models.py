@@ -13,7 +13,11 @@ class TimerSchedule(models.Model):
 
     # A growing sequence lets the worker read only timers registered since its last look.
     id = models.BigAutoField(primary_key=True)
-    tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+")
+    # No index of its own: the unique (tenant, call) leads with it (core/schema.py,
+    # DropForeignKeyIndex).
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+", db_index=False
+    )
     service_call = models.ForeignKey(
         "orchestration.ServiceCall",
         on_delete=models.CASCADE,
