@@ -8,7 +8,9 @@ fresh SQLite database, and counts what it costs:
 - `delivery`: the dispatcher's batches fan events out (handing the heads of their queues over
   to the delivery loop, as in the engine), the `Deliverer` claims the rest, signs each webhook,
   sends it on the process's asyncio loop to the receivers (bench/receiver.py, a process each)
-  and records every result, until every notification is delivered;
+  and records every result, until every notification is delivered; with `--kind nats`, one
+  NATS JetStream subscription instead (a throwaway stream on BENCH_NATS_URL, published in
+  batches and acknowledged by the server);
 - `call`: calls due now, drained as the engine drains them but in one thread: started and
   claimed in batches (`workers.pipeline.start_and_claim_overdue`), each attempt sent to the
   bench's target (bench/target.py, its own process) and the batch's outcomes recorded
@@ -20,6 +22,7 @@ fresh SQLite database, and counts what it costs:
   itself.
 
     python bench/cost.py delivery --count 300              # CPU seconds, per notification
+    python bench/cost.py delivery --kind nats --callgrind  # instructions per NATS notification
     python bench/cost.py call --count 300 --callgrind      # instructions per drained call
     python bench/cost.py post --count 500 --callgrind      # instructions per POST and floor
 
@@ -48,7 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import Children, agent_env, log  # noqa: E402
+from bench.common import NATS_URL, Children, agent_env, log  # noqa: E402
 
 TENANT = "bench-cost"
 EVENTS_PER_CALL = 2  # Running, then Succeeded: as a drained call's
@@ -72,7 +75,7 @@ def _instrumentation(on: bool) -> None:
         time.sleep(0.005)
 
 
-def measure_delivery(calls: int, receivers: int, children: Children) -> dict:
+def measure_delivery(calls: int, receivers: int, children: Children, *, nats: bool = False) -> dict:
     from django.conf import settings
 
     from bench.agent import ensure_tenant
@@ -82,7 +85,11 @@ def measure_delivery(calls: int, receivers: int, children: Children) -> dict:
     from delivery.validation import validate_subscription
 
     ensure_tenant(TENANT)
-    for n in range(receivers):
+    if nats:  # one subscription: a second would publish the same event ids, stored once
+        receivers = 1
+        data = validate_subscription({"kind": "nats", "name": "cost NATS"}, operator=True)
+        subscription_create(tenant_id=TENANT, data=data)
+    for n in range(0 if nats else receivers):
         child = children.start(
             f"receiver-{n}",
             [sys.executable, str(ROOT / "bench" / "receiver.py")],
@@ -115,6 +122,49 @@ def measure_delivery(calls: int, receivers: int, children: Children) -> dict:
     if delivered != expected:
         raise SystemExit(f"{delivered} of {expected} notifications delivered")
     return {"count": calls * EVENTS_PER_CALL * receivers, "cpu_s": cpu, "wall_s": wall}
+
+
+def _nats_stream(url: str) -> str:
+    """A throwaway stream for the agent's subjects on the NATS server at `url` (its name is
+    returned), or SystemExit with the reason there is none."""
+    import secrets
+
+    import nats.js.errors
+    from nats.js.api import StreamConfig
+
+    from bench.agent import _on_nats, nats_unreachable_reason
+    from delivery.nats import DEFAULT_STREAM_SUBJECTS, MIN_DUPLICATE_WINDOW_S
+
+    reason = nats_unreachable_reason(url)
+    if reason:
+        raise SystemExit(f"--kind nats: {reason}")
+    name = f"COST_{secrets.token_hex(4).upper()}"
+
+    async def create(js) -> str | None:
+        config = StreamConfig(
+            name=name, subjects=list(DEFAULT_STREAM_SUBJECTS), duplicate_window=MIN_DUPLICATE_WINDOW_S
+        )
+        try:
+            await js.add_stream(config)
+        except nats.js.errors.APIError as exc:
+            return exc.description
+        return None
+
+    problem = _on_nats(url, create)
+    if problem:
+        raise SystemExit(
+            f"--kind nats: the stream could not be made on {url} (another run holds its subjects?): {problem}"
+        )
+    return name
+
+
+def _nats_stream_delete(url: str, name: str) -> None:
+    from bench.agent import _on_nats
+
+    async def delete(js) -> None:
+        await js.delete_stream(name)
+
+    _on_nats(url, delete)
 
 
 def _append(calls: int) -> None:
@@ -310,7 +360,7 @@ def measure_post(count: int, *, floor: bool) -> dict:
     return {"count": count, "cpu_s": cpu, "wall_s": wall}
 
 
-def _callgrind(subject: str, count: int, receivers: int) -> int:
+def _callgrind(subject: str, count: int, receivers: int, kind: str = "webhook") -> int:
     """The instructions the measured part of one run of `subject` took, under callgrind."""
     if shutil.which("valgrind") is None:
         raise SystemExit("--callgrind needs valgrind (Debian package valgrind)")
@@ -328,6 +378,8 @@ def _callgrind(subject: str, count: int, receivers: int) -> int:
             str(count),
             "--receivers",
             str(receivers),
+            "--kind",
+            kind,
         ],
         env={**os.environ, "BENCH_CALLGRIND": "1"},
         capture_output=True,
@@ -347,14 +399,23 @@ def main() -> None:
         "--count", type=int, default=300, help="delivery: calls, two events each; call: calls; post, floor: POSTs"
     )
     parser.add_argument("--receivers", type=int, default=2, help="delivery: webhook subscriptions (default 2)")
+    parser.add_argument(
+        "--kind",
+        choices=["webhook", "nats"],
+        default="webhook",
+        help="delivery: webhooks to the receivers, or one NATS subscription (BENCH_NATS_URL)",
+    )
     parser.add_argument("--callgrind", action="store_true", help="count instructions under valgrind")
     args = parser.parse_args()
     if args.count < 1 or not 1 <= args.receivers <= 8:
         parser.error("--count must be at least 1 and --receivers 1 to 8")
     if args.callgrind:
         if args.subject == "delivery":
-            per = _callgrind("delivery", args.count, args.receivers) / (args.count * EVENTS_PER_CALL * args.receivers)
-            print(f"instructions per delivered notification (webhook): {per:,.0f}")
+            receivers = 1 if args.kind == "nats" else args.receivers
+            per = _callgrind("delivery", args.count, args.receivers, args.kind) / (
+                args.count * EVENTS_PER_CALL * receivers
+            )
+            print(f"instructions per delivered notification ({args.kind}): {per:,.0f}")
         elif args.subject == "call":
             per = _callgrind("call", args.count, args.receivers) / args.count
             print(f"instructions per drained call (no subscribers): {per:,.0f}")
@@ -363,6 +424,10 @@ def main() -> None:
             floor = _callgrind("floor", args.count, args.receivers) / args.count
             print(f"instructions per POST: {post:,.0f}; floor: {floor:,.0f}; floor / POST: {floor / post:.0%}")
         return
+    stream = None
+    if args.subject == "delivery" and args.kind == "nats":
+        stream = _nats_stream(NATS_URL)
+        os.environ.update({"NATS_URL": NATS_URL, "NATS_STREAM": stream})
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as data_dir:
         # The floor's settings: the project's, with the floor view in the URLconf (bench/floor.py).
         os.environ.update(agent_env(Path(data_dir), DJANGO_SETTINGS_MODULE="bench.floor_settings"))
@@ -375,7 +440,7 @@ def main() -> None:
         children = Children(Path(data_dir))
         try:
             if args.subject == "delivery":
-                result = measure_delivery(args.count, args.receivers, children)
+                result = measure_delivery(args.count, args.receivers, children, nats=args.kind == "nats")
                 unit = "notification"
             elif args.subject == "call":
                 result = measure_call(args.count, children)
@@ -385,6 +450,8 @@ def main() -> None:
                 unit = "POST"
         finally:
             children.stop_all()
+            if stream:
+                _nats_stream_delete(NATS_URL, stream)
     per_ms = result["cpu_s"] / result["count"] * 1000
     print(
         f"{result['count']} {unit}s in {result['wall_s']:.2f} s: {result['cpu_s']:.2f} s of CPU, "

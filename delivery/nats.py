@@ -316,12 +316,33 @@ class JetStreamPublisher:
 
     async def _publish_many(self, messages: Sequence[tuple[str, bytes, str]]) -> list[PublishAck | JetStreamError]:
         js = await self._jetstream()
-        # Each publish waits for its ack within the context's timeout (nats-py's request), so a
-        # lost ack fails its message and not the others; _call bounds the whole batch.
-        results = await asyncio.gather(
-            *(self._publish_on(js, *message) for message in messages), return_exceptions=True
-        )
-        return [self._as_error(result) if isinstance(result, BaseException) else result for result in results]
+        # nats-py's publish_async: every message goes out with a reply subject under one inbox
+        # subscription, and its ack settles a future of its own; no task, request or timer per
+        # message as js.publish makes. Each ack is waited for within the timeout, so a lost ack
+        # fails its message and not the others; _call bounds the whole batch.
+        acks: list[asyncio.Future[Any]] = []
+        try:
+            for subject, payload, msg_id in messages:
+                acks.append(await js.publish_async(subject, payload, headers={Header.MSG_ID: msg_id}))
+            if acks:
+                await asyncio.wait(acks, timeout=self._timeout_s)
+        finally:
+            for ack in acks:
+                ack.cancel()  # unanswered: no longer waited for (an answered one stays as it is)
+        return [self._answer(ack, subject) for ack, (subject, _, _) in zip(acks, messages, strict=True)]
+
+    def _answer(self, ack: asyncio.Future[Any], subject: str) -> PublishAck | JetStreamError:
+        if ack.cancelled():
+            return JetStreamError(f"no ack from NATS at {self.where} within {self._timeout_s}s")
+        error = ack.exception()
+        if error is None:
+            result = ack.result()
+            return PublishAck(stream=result.stream, seq=result.seq, duplicate=bool(result.duplicate))
+        try:
+            self._refusal(error, subject)
+        except JetStreamError as refused:
+            return refused
+        return self._as_error(error)
 
     def _as_error(self, error: BaseException) -> JetStreamError:
         if isinstance(error, JetStreamError):
@@ -335,16 +356,22 @@ class JetStreamPublisher:
     async def _publish_on(self, js: JetStreamContext, subject: str, payload: bytes, msg_id: str) -> PublishAck:
         try:
             ack = await js.publish(subject, payload, headers={Header.MSG_ID: msg_id})
-        except nats.js.errors.NoStreamResponseError:
+        except (nats.js.errors.NoStreamResponseError, nats.js.errors.APIError) as error:
+            self._refusal(error, subject)
+        return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+
+    def _refusal(self, error: BaseException, subject: str) -> None:
+        """Raise the JetStreamError for a stream's refusal of a message (none takes its subject,
+        or the stream said no); return for any other error."""
+        if isinstance(error, nats.js.errors.NoStreamResponseError):
             raise JetStreamError(
                 f"no stream takes subject {subject!r} on NATS at {self.where} (no responders)"
             ) from None
-        except nats.js.errors.APIError as error:
+        if isinstance(error, nats.js.errors.APIError):
             raise JetStreamError(
                 f"the stream refused the message on {subject!r}: {error.description} "
                 f"(code {error.code}, err_code {error.err_code})"
             ) from None
-        return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
 
     async def _ensure_stream(self) -> Literal["created", "exists", "updated"]:
         await self._jetstream()

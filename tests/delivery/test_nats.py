@@ -7,6 +7,7 @@ so no real stream is ever touched.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shutil
 import socket
@@ -14,6 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import nats
@@ -322,6 +324,62 @@ def test_a_batch_gets_an_ack_or_an_error_for_each_message_and_one_bad_one_fails_
     assert publisher.publish_many([]) == []
     with pytest.raises(ValueError, match="invalid msg_id"):
         publisher.publish_many([(subject, b"{}", "ok"), (subject, b"{}", "two words")])
+
+
+@contextmanager
+def silent_responder(subject: str) -> Iterator[None]:
+    """A core NATS subscriber on `subject` that never answers: a message published there has
+    a responder (so no "no responders" refusal) and never an ack."""
+    loop = asyncio.new_event_loop()
+    ready, stop = threading.Event(), None
+
+    async def ignore(msg: object) -> None:
+        pass
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        nc = await nats.connect(NATS_TEST_URL, allow_reconnect=False, connect_timeout=5)
+        try:
+            await nc.subscribe(subject, cb=ignore)
+            await nc.flush()
+            ready.set()
+            await stop.wait()
+        finally:
+            await nc.close()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(10), "the silent subscriber did not start"
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+
+
+@pytest.mark.nats
+def test_in_a_batch_a_lost_ack_fails_its_message_alone_within_the_timeout(stream):
+    """publish_many waits for each ack within the publisher's timeout: a message nobody acks
+    fails on its own, the others of its batch are acked, and the publisher goes on."""
+    publisher = JetStreamPublisher(
+        url=NATS_TEST_URL, stream=stream.name, subjects=[f"{stream.prefix}.>"], timeout_s=0.5
+    )
+    try:
+        publisher.ensure_stream()
+        stored = f"{stream.prefix}.acme.Type"
+        silent = f"silent{stream.prefix}.acme.Type"
+        with silent_responder(silent):
+            started = time.monotonic()
+            answers = publisher.publish_many([(stored, b"{}", "a"), (silent, b"{}", "b"), (stored, b"{}", "c")])
+            took = time.monotonic() - started
+        assert [type(answer) for answer in answers] == [PublishAck, JetStreamError, PublishAck]
+        assert "no ack from NATS" in str(answers[1]) and "within 0.5s" in str(answers[1])
+        assert 0.4 < took < 2
+        again = publisher.publish_many([(stored, b"{}", "d")])
+        assert isinstance(again[0], PublishAck) and again[0].seq == 3
+    finally:
+        publisher.close()
 
 
 @pytest.mark.nats
