@@ -9,6 +9,7 @@ reconnects by itself, and `publish()` that blocks the calling thread until the s
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import re
@@ -22,7 +23,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
-from nats.js.api import Header, StreamConfig
+from nats.js.api import Header, PubAck, StreamConfig
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +149,61 @@ class PublishAck:
 T = TypeVar("T")
 
 
+class _AckInbox:
+    """The acks of one connection's published messages, on one subscription of an inbox of its
+    own: each message's reply subject is the inbox and a token of its own, and its ack, or the
+    server's refusal, settles the future `expect` made for the token. All on the publisher's
+    loop.
+
+    nats-py 2.16's `JetStreamContext.publish_async` works the same way, but a publish that
+    raises (a message over the server's max_payload, a full reconnect buffer) leaves its future
+    and a permit of its pending limit behind for good, and a stream's refusal never settles its
+    future (its reply handler raises instead: nats-io/nats.py#985), so the message waited out
+    the whole timeout. Here a token is forgotten when its batch ends, whatever happened."""
+
+    def __init__(self, nc: NATS, where: str) -> None:
+        self._nc = nc
+        self._where = where
+        self._prefix = nc.new_inbox()
+        self._tokens = itertools.count()
+        self._waiting: dict[str, asyncio.Future[PubAck]] = {}
+
+    async def subscribe(self) -> None:
+        # nats-py subscribes again after a reconnect; the inbox stays the same.
+        await self._nc.subscribe(f"{self._prefix}.*", cb=self._settle)
+
+    def expect(self) -> tuple[str, str, asyncio.Future[PubAck]]:
+        """(token, reply subject, future of the ack) for the next message."""
+        token = str(next(self._tokens))
+        ack = self._waiting[token] = asyncio.get_running_loop().create_future()
+        return token, f"{self._prefix}.{token}", ack
+
+    def forget(self, tokens: Sequence[str]) -> None:
+        for token in tokens:
+            self._waiting.pop(token, None)
+
+    async def _settle(self, msg: Any) -> None:
+        ack = self._waiting.get(msg.subject[len(self._prefix) + 1 :])
+        if ack is None or ack.done():  # late: its batch has ended
+            return
+        if msg.headers and msg.headers.get(Header.STATUS) == "503":
+            ack.set_exception(nats.js.errors.NoStreamResponseError())
+            return
+        try:
+            answer = json.loads(msg.data)
+            error = answer.get("error")
+            if error is not None:
+                ack.set_exception(
+                    nats.js.errors.APIError(
+                        code=error.get("code"), err_code=error.get("err_code"), description=error.get("description")
+                    )
+                )
+            else:
+                ack.set_result(PubAck.from_response(answer))
+        except Exception as exc:  # not a JetStream answer: this message failed, not the batch
+            ack.set_exception(JetStreamError(f"NATS at {self._where} answered with no ack: {exc}"))
+
+
 class JetStreamPublisher:
     """Publishes to JetStream from any number of plain threads.
 
@@ -184,6 +240,7 @@ class JetStreamPublisher:
         self._closed = False
         # Written only on the loop's thread:
         self._nc: NATS | None = None
+        self._acks: _AckInbox | None = None  # the connection's, made with it
         self._connecting: asyncio.Task[JetStreamContext] | None = None
         self._last_error: str | None = None
 
@@ -205,8 +262,9 @@ class JetStreamPublisher:
     def publish_many(self, messages: Sequence[tuple[str, bytes, str]]) -> list[PublishAck | JetStreamError]:
         """Publish (subject, payload, msg_id) messages at once and wait for every ack: one
         hand-over to the loop for the batch, not one per message, and the messages' round trips
-        overlap. Each message gets its ack or its own JetStreamError; the whole batch fails
-        (raises) only when the connection does."""
+        overlap. Each message gets its ack or its own JetStreamError (one too large, one the
+        stream refuses, one whose ack is lost, each of them when the connection goes); the whole
+        batch fails (raises) only when no connection is made within the timeout."""
         for _, _, msg_id in messages:
             if not valid_msg_id(msg_id):
                 raise ValueError(f"invalid msg_id {msg_id!r}")
@@ -289,9 +347,12 @@ class JetStreamPublisher:
                 disconnected_cb=self._on_disconnected,
                 reconnected_cb=self._on_reconnected,
             )
+            acks = _AckInbox(nc, self.where)
+            await acks.subscribe()
         except Exception:
             await nc.close()
             raise
+        self._acks = acks
         self._last_error = None
         logger.info("connected to NATS at %s", self.where)
         return nc.jetstream(timeout=self._timeout_s)
@@ -315,18 +376,27 @@ class JetStreamPublisher:
         return await self._publish_on(await self._jetstream(), subject, payload, msg_id)
 
     async def _publish_many(self, messages: Sequence[tuple[str, bytes, str]]) -> list[PublishAck | JetStreamError]:
-        js = await self._jetstream()
-        # nats-py's publish_async: every message goes out with a reply subject under one inbox
-        # subscription, and its ack settles a future of its own; no task, request or timer per
-        # message as js.publish makes. Each ack is waited for within the timeout, so a lost ack
-        # fails its message and not the others; _call bounds the whole batch.
-        acks: list[asyncio.Future[Any]] = []
+        await self._jetstream()
+        nc, inbox = self._nc, self._acks
+        assert nc is not None and inbox is not None  # set by the connection _jetstream made
+        # Each message's ack comes to the connection's ack inbox (_AckInbox): no request, task
+        # or timer per message, as js.publish makes. Each is waited for within the timeout, so a
+        # lost ack fails its message and not the others; _call bounds the whole batch.
+        tokens, acks = [], []
         try:
             for subject, payload, msg_id in messages:
-                acks.append(await js.publish_async(subject, payload, headers={Header.MSG_ID: msg_id}))
-            if acks:
-                await asyncio.wait(acks, timeout=self._timeout_s)
+                token, reply, ack = inbox.expect()
+                tokens.append(token)
+                acks.append(ack)
+                try:
+                    await nc.publish(subject, payload, reply=reply, headers={Header.MSG_ID: msg_id})
+                except nats.errors.Error as error:  # this message: too large, or no connection to send on
+                    ack.set_exception(error)
+            waiting = [ack for ack in acks if not ack.done()]
+            if waiting:
+                await asyncio.wait(waiting, timeout=self._timeout_s)
         finally:
+            inbox.forget(tokens)
             for ack in acks:
                 ack.cancel()  # unanswered: no longer waited for (an answered one stays as it is)
         return [self._answer(ack, subject) for ack, (subject, _, _) in zip(acks, messages, strict=True)]
@@ -358,6 +428,7 @@ class JetStreamPublisher:
             ack = await js.publish(subject, payload, headers={Header.MSG_ID: msg_id})
         except (nats.js.errors.NoStreamResponseError, nats.js.errors.APIError) as error:
             self._refusal(error, subject)
+            raise
         return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
 
     def _refusal(self, error: BaseException, subject: str) -> None:

@@ -22,6 +22,7 @@ import nats
 import nats.errors
 import pytest
 from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
 
 from core.ids import new_id, utcnow
 from delivery.nats import (
@@ -378,6 +379,43 @@ def test_in_a_batch_a_lost_ack_fails_its_message_alone_within_the_timeout(stream
         assert 0.4 < took < 2
         again = publisher.publish_many([(stored, b"{}", "d")])
         assert isinstance(again[0], PublishAck) and again[0].seq == 3
+        assert publisher._acks is not None and publisher._acks._waiting == {}  # nothing left behind
+    finally:
+        publisher.close()
+
+
+@pytest.mark.nats
+def test_in_a_batch_a_message_over_the_servers_max_payload_fails_alone(publisher, stream):
+    publisher.ensure_stream()
+    subject = f"{stream.prefix}.acme.Type"
+    too_large = b"x" * (2 * 1024 * 1024)  # the server's max_payload is 1 MB by default
+    answers = publisher.publish_many([(subject, b"{}", "a"), (subject, too_large, "b"), (subject, b"{}", "c")])
+    assert [type(answer) for answer in answers] == [PublishAck, JetStreamError, PublishAck]
+    assert "maximum payload" in str(answers[1])
+    assert [ack.seq for ack in (answers[0], answers[2])] == [1, 2]
+    assert publisher._acks is not None and publisher._acks._waiting == {}
+
+
+@pytest.mark.nats
+def test_in_a_batch_a_message_the_stream_refuses_fails_alone_at_once(stream):
+    """The stream's own refusal (a message over its max_msg_size) comes back as the message's
+    error when the server answers, not as a lost ack after the timeout."""
+
+    async def create(js: JetStreamContext) -> None:
+        await js.add_stream(StreamConfig(name=stream.name, subjects=[f"{stream.prefix}.>"], max_msg_size=100))
+
+    run_js(create)
+    publisher = JetStreamPublisher(url=NATS_TEST_URL, stream=stream.name, subjects=[f"{stream.prefix}.>"], timeout_s=3)
+    try:
+        subject = f"{stream.prefix}.acme.Type"
+        started = time.monotonic()
+        answers = publisher.publish_many([(subject, b"{}", "a"), (subject, b"x" * 500, "b"), (subject, b"{}", "c")])
+        took = time.monotonic() - started
+        assert [type(answer) for answer in answers] == [PublishAck, JetStreamError, PublishAck]
+        assert f"the stream refused the message on {subject!r}" in str(answers[1]) and "err_code 10054" in str(
+            answers[1]
+        )
+        assert took < 1.5
     finally:
         publisher.close()
 
