@@ -45,11 +45,13 @@ class DropForeignKeyIndex(AlterField):
     """AlterField of a foreign key to `db_index=False`: the same state change, made in the
     database by dropping the field's own index alone (and PostgreSQL's pattern-ops twin of it,
     for a text key), where Django would copy the whole table on SQLite. On PostgreSQL the drop
-    is concurrent (writes go on; the migration sets `atomic = AtomicElsewhere()`). The way back
-    is Django's own AlterField."""
+    is concurrent (writes go on; the migration sets `atomic = AtomicElsewhere()`). The indexes
+    are found in the database, as Django's AlterField finds the index it drops, so `sqlmigrate`
+    shows the statements only for a database that still has them. The way back is Django's own
+    AlterField: a plain CREATE INDEX on PostgreSQL, a copy of the table on SQLite."""
 
     def describe(self) -> str:
-        return f"Drop the own index of {self.model_name}.{self.name}"
+        return f"Drop the own index of {self.model_name}.{self.name} (made again on the way back)"
 
     def database_forwards(self, app_label: str, schema_editor: Any, from_state: Any, to_state: Any) -> None:
         model = to_state.apps.get_model(app_label, self.model_name)
