@@ -149,6 +149,18 @@ class PublishAck:
 T = TypeVar("T")
 
 
+# The most a message's header can take beside its Nats-Msg-Id value:
+# "NATS/1.0\r\n" "Nats-Msg-Id: " <id> "\r\n" "\r\n", with room to spare.
+_HEADER_BYTES = 64
+
+
+def _over_max_payload(nc: NATS, payload: bytes, msg_id: str) -> bool:
+    """Whether the message is over the server's max_payload. nats-py checks the payload alone;
+    the server counts the header too, and closes the connection (every message out on it) for a
+    message over its limit."""
+    return len(payload) + _HEADER_BYTES + len(msg_id) > nc.max_payload
+
+
 class _AckInbox:
     """The acks of one connection's published messages, on one subscription of an inbox of its
     own: each message's reply subject is the inbox and a token of its own, and its ack, or the
@@ -172,11 +184,21 @@ class _AckInbox:
         # nats-py subscribes again after a reconnect; the inbox stays the same.
         await self._nc.subscribe(f"{self._prefix}.*", cb=self._settle)
 
-    def expect(self) -> tuple[str, str, asyncio.Future[PubAck]]:
-        """(token, reply subject, future of the ack) for the next message."""
+    async def publish(self, subject: str, payload: bytes, msg_id: str) -> tuple[str, asyncio.Future[PubAck]]:
+        """Send one message on this inbox's connection; (token, future of its ack). A message
+        that cannot be sent has its error in the future at once, and the others go on."""
         token = str(next(self._tokens))
         ack = self._waiting[token] = asyncio.get_running_loop().create_future()
-        return token, f"{self._prefix}.{token}", ack
+        if _over_max_payload(self._nc, payload, msg_id):
+            ack.set_exception(nats.errors.MaxPayloadError())
+            return token, ack
+        try:
+            await self._nc.publish(subject, payload, reply=f"{self._prefix}.{token}", headers={Header.MSG_ID: msg_id})
+        except nats.errors.Error as error:  # no connection to send on, a full reconnect buffer
+            ack.set_exception(error)
+        except Exception as exc:  # a bug, or the socket's own error: this message's failure
+            ack.set_exception(JetStreamError(f"NATS at {self._where}: could not send: {exc}"))
+        return token, ack
 
     def forget(self, tokens: Sequence[str]) -> None:
         for token in tokens:
@@ -373,25 +395,25 @@ class JetStreamPublisher:
         logger.info("reconnected to NATS at %s", self.where)
 
     async def _publish(self, subject: str, payload: bytes, msg_id: str) -> PublishAck:
-        return await self._publish_on(await self._jetstream(), subject, payload, msg_id)
+        js = await self._jetstream()
+        assert self._nc is not None  # the connection _jetstream made
+        if _over_max_payload(self._nc, payload, msg_id):
+            raise self._as_error(nats.errors.MaxPayloadError())
+        return await self._publish_on(js, subject, payload, msg_id)
 
     async def _publish_many(self, messages: Sequence[tuple[str, bytes, str]]) -> list[PublishAck | JetStreamError]:
         await self._jetstream()
-        nc, inbox = self._nc, self._acks
-        assert nc is not None and inbox is not None  # set by the connection _jetstream made
+        inbox = self._acks  # the connection's own: sent on it, answered to it
+        assert inbox is not None  # made with the connection _jetstream made
         # Each message's ack comes to the connection's ack inbox (_AckInbox): no request, task
         # or timer per message, as js.publish makes. Each is waited for within the timeout, so a
         # lost ack fails its message and not the others; _call bounds the whole batch.
         tokens, acks = [], []
         try:
             for subject, payload, msg_id in messages:
-                token, reply, ack = inbox.expect()
+                token, ack = await inbox.publish(subject, payload, msg_id)
                 tokens.append(token)
                 acks.append(ack)
-                try:
-                    await nc.publish(subject, payload, reply=reply, headers={Header.MSG_ID: msg_id})
-                except nats.errors.Error as error:  # this message: too large, or no connection to send on
-                    ack.set_exception(error)
             waiting = [ack for ack in acks if not ack.done()]
             if waiting:
                 await asyncio.wait(waiting, timeout=self._timeout_s)
@@ -428,7 +450,7 @@ class JetStreamPublisher:
             ack = await js.publish(subject, payload, headers={Header.MSG_ID: msg_id})
         except (nats.js.errors.NoStreamResponseError, nats.js.errors.APIError) as error:
             self._refusal(error, subject)
-            raise
+            raise  # not reached: _refusal raises for both
         return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
 
     def _refusal(self, error: BaseException, subject: str) -> None:

@@ -67,7 +67,7 @@ class ContentSecurityPolicyMiddleware(CSPMiddleware):
         CPU, bench/README.md item 25). Any other goes through django-csp as it is."""
         if not _plain(request, response):
             return super().process_response(request, response)
-        for name, value in _settings_policy().items():
+        for name, value in _settings_policy():
             if value and name not in response:
                 response[name] = value
         # As django-csp does: a nonce asked for after the header went out is an error.
@@ -79,13 +79,17 @@ class ContentSecurityPolicyMiddleware(CSPMiddleware):
 _PER_RESPONSE = frozenset(
     f"_csp_{what}{suffix}" for what in ("config", "update", "replace", "exempt") for suffix in ("", "_ro")
 )
-_SETTINGS_POLICY: dict[str, str] = {}
+# The settings' policy headers, ((name, value), ...): replaced whole, never changed in place,
+# so a thread reading it meanwhile reads the old one or the new one.
+_settings_headers: tuple[tuple[str, str], ...] | None = None
 
 
 def _plain(request: Any, response: Any) -> bool:
     if settings.DEBUG and response.status_code in (http.client.INTERNAL_SERVER_ERROR, http.client.NOT_FOUND):
         return False  # django-csp leaves Django's debug pages alone
-    if getattr(request, "_csp_nonce", None) is not None or _PER_RESPONSE.intersection(vars(response)):
+    if getattr(request, "_csp_nonce", None) is not None:
+        return False
+    if any(hasattr(response, name) for name in _PER_RESPONSE):  # set on the response or its class
         return False
     if request.path_info.startswith(ContentSecurityPolicyMiddleware.ADMIN_PREFIX):
         return False
@@ -95,18 +99,22 @@ def _plain(request: Any, response: Any) -> bool:
     )
 
 
-def _settings_policy() -> dict[str, str]:
+def _settings_policy() -> tuple[tuple[str, str], ...]:
     """The headers of the settings' policies, as django-csp builds them for a response that
     asks for nothing of its own; built once, again after a change of the settings (tests)."""
-    if not _SETTINGS_POLICY:
+    global _settings_headers
+    headers = _settings_headers
+    if headers is None:
         parts = asdict(PolicyParts())
-        _SETTINGS_POLICY.update(
-            {CSP_HEADER: build_policy(**parts), CSP_HEADER_REPORT_ONLY: build_policy(**parts, report_only=True)}
+        headers = _settings_headers = (
+            (CSP_HEADER, build_policy(**parts)),
+            (CSP_HEADER_REPORT_ONLY, build_policy(**parts, report_only=True)),
         )
-    return _SETTINGS_POLICY
+    return headers
 
 
 @receiver(setting_changed)
 def _forget_settings_policy(*, setting: str, **kwargs: Any) -> None:
+    global _settings_headers
     if setting.startswith("CONTENT_SECURITY_POLICY"):
-        _SETTINGS_POLICY.clear()
+        _settings_headers = None

@@ -66,6 +66,11 @@ def test_a_response_with_a_policy_of_its_own_goes_through_django_csp():
     kept[HEADER] = "default-src 'none'"
     assert _through_middleware(kept)[1][HEADER] == "default-src 'none'"
 
+    class Exempt(HttpResponse):
+        _csp_exempt = True  # on the class, as django-csp reads it too
+
+    assert HEADER not in _through_middleware(Exempt())[1]
+
 
 def test_a_nonce_asked_for_after_the_header_went_out_is_an_error():
     request, response = _through_middleware(HttpResponse())
