@@ -1,6 +1,7 @@
 """bench/README.md's cost commands (bench/cost.py) at a small size: each drives the real path
 (receivers in their own processes, the WSGI handler) to its end, or says why it could not."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -38,6 +39,34 @@ def test_each_subject_runs_to_its_end_and_reports_its_cost(subject, count, expec
     out = _cost(subject, "--count", count)
     assert expected in out
     assert float(re.search(r"([\d.]+) ms per ", out).group(1)) > 0
+
+
+@pytest.mark.nats
+def test_delivery_to_nats_runs_to_its_end_on_a_stream_of_its_own():
+    """`--kind nats`: one NATS subscription (BENCH_NATS_URL, here the tests' server), published
+    to a throwaway stream that the run deletes."""
+    from tests.support.nats import NATS_TEST_URL, run_js
+
+    async def streams(js) -> set[str]:
+        return {info.config.name for info in await js.streams_info()}
+
+    before = run_js(streams)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "cost.py"), "delivery", "--kind", "nats", "--count", "15"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "BENCH_NATS_URL": NATS_TEST_URL},
+    )
+    if done.returncode and "could not be made" in done.stderr and "overlap" in done.stderr:
+        pytest.skip(f"another stream takes serviceagent.> on this NATS meanwhile: {done.stderr.strip()[-300:]}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "30 notifications in " in done.stdout
+    assert {name for name in run_js(streams) if name.startswith("COST_")} <= {
+        n for n in before if n.startswith("COST_")
+    }
 
 
 def test_a_count_below_one_is_refused_with_a_reason():
