@@ -900,8 +900,13 @@ def insert_many(model: type[Model], *, rows: Sequence[dict[str, Any]], ignore_co
     # Prepared values by (field, the value object): the rows hold every object for the whole
     # call, so an id is never reused for another value while it is a key here.
     prepared: dict[tuple[str, int], tuple[Any, Any]] = {}
-    # Constant defaults prepared once; a callable default (a new id, now) is called per row.
-    defaults = {f.attname: f.get_db_prep_save(f.get_default(), conn) for f in fields if not callable(f.default)}
+    # Constant defaults prepared once (a field without a default has one too: None, or "" for
+    # text); a callable default (a new id, now) is called per row.
+    defaults = {
+        f.attname: f.get_db_prep_save(f.get_default(), conn)
+        for f in fields
+        if not f.has_default() or not callable(f.default)
+    }
 
     def source(field: Field, keys: Any) -> Callable[[dict[str, Any]], Any]:
         """The prepared value of `field` in a row whose fields are `keys`."""

@@ -147,3 +147,29 @@ def test_a_datetime_or_uuid_a_statement_passes_is_what_the_orm_passes():
     key = uuid.uuid4()
     assert db_param(key) == UUIDField().get_db_prep_value(key, conn)
     assert db_param("text") == "text" and db_param(3) == 3
+
+
+@pytest.mark.also_postgres
+@pytest.mark.django_db
+def test_insert_many_gives_the_fields_a_row_leaves_out_the_models_defaults():
+    """A field left out takes what the ORM's create gives it: a constant default, a callable
+    default called for each row (a list of its own), and for a field without a default its
+    None, or "" where the field keeps text."""
+    from core.db import insert_many
+    from core.ids import new_id, utcnow
+    from delivery.models import Subscription
+
+    now = utcnow()
+    given = {"tenant": None, "kind": "nats", "created_at": now, "updated_at": now}
+    made = [new_id(), new_id()]
+    assert insert_many(Subscription, rows=[{"subscription_id": key, "name": "many", **given} for key in made]) == 2
+    orm = Subscription.objects.create(subscription_id=new_id(), name="orm", **given)
+    left_out = [
+        field.attname
+        for field in Subscription._meta.concrete_fields
+        if field.name not in {"subscription_id", "name", *given}
+    ]
+    assert {"event_types", "enabled", "url", "secret", "failing_since", "disabled_reason"} <= set(left_out)
+    rows = {row.pop("subscription_id"): row for row in Subscription.objects.values("subscription_id", *left_out)}
+    assert rows[made[0]] == rows[made[1]] == rows[orm.pk]
+    assert rows[orm.pk]["event_types"] == [] and rows[orm.pk]["secret"] is None and rows[orm.pk]["url"] == ""
