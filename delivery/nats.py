@@ -164,7 +164,7 @@ def _over_max_payload(nc: NATS, payload: bytes, msg_id: str) -> bool:
 class _AckInbox:
     """The acks of one connection's published messages, on one subscription of an inbox of its
     own: each message's reply subject is the inbox and a token of its own, and its ack, or the
-    server's refusal, settles the future `expect` made for the token. All on the publisher's
+    server's refusal, settles the future `publish` made for the token. All on the publisher's
     loop.
 
     nats-py 2.16's `JetStreamContext.publish_async` works the same way, but a publish that
@@ -430,11 +430,7 @@ class JetStreamPublisher:
         if error is None:
             result = ack.result()
             return PublishAck(stream=result.stream, seq=result.seq, duplicate=bool(result.duplicate))
-        try:
-            self._refusal(error, subject)
-        except JetStreamError as refused:
-            return refused
-        return self._as_error(error)
+        return self._refusal(error, subject) or self._as_error(error)
 
     def _as_error(self, error: BaseException) -> JetStreamError:
         if isinstance(error, JetStreamError):
@@ -449,22 +445,20 @@ class JetStreamPublisher:
         try:
             ack = await js.publish(subject, payload, headers={Header.MSG_ID: msg_id})
         except (nats.js.errors.NoStreamResponseError, nats.js.errors.APIError) as error:
-            self._refusal(error, subject)
-            raise  # not reached: _refusal raises for both
+            raise self._refusal(error, subject) from None  # never None for these two
         return PublishAck(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
 
-    def _refusal(self, error: BaseException, subject: str) -> None:
-        """Raise the JetStreamError for a stream's refusal of a message (none takes its subject,
-        or the stream said no); return for any other error."""
+    def _refusal(self, error: BaseException, subject: str) -> JetStreamError | None:
+        """The JetStreamError for a stream's refusal of a message (none takes its subject, or
+        the stream said no); None for any other error."""
         if isinstance(error, nats.js.errors.NoStreamResponseError):
-            raise JetStreamError(
-                f"no stream takes subject {subject!r} on NATS at {self.where} (no responders)"
-            ) from None
+            return JetStreamError(f"no stream takes subject {subject!r} on NATS at {self.where} (no responders)")
         if isinstance(error, nats.js.errors.APIError):
-            raise JetStreamError(
+            return JetStreamError(
                 f"the stream refused the message on {subject!r}: {error.description} "
                 f"(code {error.code}, err_code {error.err_code})"
-            ) from None
+            )
+        return None
 
     async def _ensure_stream(self) -> Literal["created", "exists", "updated"]:
         await self._jetstream()
