@@ -354,6 +354,54 @@ def _on_nats(url: str, action: Callable[[Any], Awaitable[Any]]) -> Any:
     return asyncio.run(main())
 
 
+def delivery_figures(created: dict[str, float], records: dict[str, list[tuple[str, float]]]) -> dict:
+    """Per subscriber and per kind (`webhook-*`, `nats`): deliveries of the events in `created`
+    (event id -> the instant it was made), their lag (each one's first arrival), what is
+    missing. `records` holds each subscriber's arrivals, (event id, receive time), tries
+    included."""
+    first: dict[str, dict[str, float]] = {}
+    per_subscriber = {}
+    for name, arrivals in records.items():
+        got = first[name] = {}
+        for event_id, at in arrivals:
+            if event_id in created and at < got.get(event_id, float("inf")):
+                got[event_id] = at
+        lags = [at - created[event_id] for event_id, at in got.items()]
+        per_subscriber[name] = {
+            "received": len(got),
+            "tries_received": sum(1 for event_id, _ in arrivals if event_id in created),
+            "missing": len(created) - len(got),
+            "lag_ms": summary_ms(lags),
+        }
+    start = min(created.values(), default=None)
+
+    def kind(names: list[str]) -> dict | None:
+        names = [name for name in names if name in first]
+        if not names:
+            return None
+        times = [at for name in names for at in first[name].values()]
+        lags = [at - created[event_id] for name in names for event_id, at in first[name].items()]
+        seconds = max(times) - start if times and start is not None else None
+        return {
+            "subscribers": names,
+            "deliveries": len(times),
+            "missing": sum(per_subscriber[name]["missing"] for name in names),
+            "lag_ms": summary_ms(lags),
+            "first_created_to_last_received_s": seconds,
+            "rate": len(times) / seconds if seconds else None,
+        }
+
+    return {
+        "events": len(created),
+        "subscribers": list(records),
+        "expected": len(created) * len(records),
+        "missing": sum(part["missing"] for part in per_subscriber.values()),
+        "webhooks": kind([name for name in records if name.startswith("webhook")]),
+        "nats": kind(["nats"]),
+        "per_subscriber": per_subscriber,
+    }
+
+
 class Delivery:
     """The event delivery rows: two webhook receivers (bench/receiver.py, a process each) and,
     when NATS answers, a throwaway JetStream stream; the subscriptions of the drain's tenant,
@@ -377,17 +425,20 @@ class Delivery:
         self.subscriptions: dict[str, Any] = {}  # subscriber name -> Subscription
         self.since: datetime | None = None
 
-    def start(self) -> dict[str, str]:
-        """Start the receivers; returns the qcluster's extra environment (NATS, when it answers)."""
-        from delivery.services import subscription_create
-        from delivery.validation import validate_subscription
-
+    def start_receivers(self) -> None:
         for n in range(1, WEBHOOK_RECEIVERS + 1):
             child = self.children.start(
                 f"receiver-{n}", [PYTHON, str(ROOT / "bench" / "receiver.py")], env=self.env, stdout_pipe=True
             )
             port = int(child.proc.stdout.readline().strip())
             self.receivers.append((child, f"http://127.0.0.1:{port}"))
+
+    def start(self) -> dict[str, str]:
+        """Start the receivers; returns the qcluster's extra environment (NATS, when it answers)."""
+        from delivery.services import subscription_create
+        from delivery.validation import validate_subscription
+
+        self.start_receivers()
         if self.nats_skipped:
             return {}
         # With NATS_URL set, each engine keeps an operator-wide NATS subscription for every
@@ -494,7 +545,7 @@ class Delivery:
             )
         )
 
-    def _webhook_records(self, url: str) -> list[tuple[str, float]]:
+    def webhook_records(self, url: str) -> list[tuple[str, float]]:
         import requests
 
         with requests.Session() as session:
@@ -503,7 +554,7 @@ class Delivery:
             answer.raise_for_status()
             return [(event_id, at) for event_id, at in answer.json()["records"]]
 
-    def _stream_records(self) -> list[tuple[str, float]]:
+    def stream_records(self) -> list[tuple[str, float]]:
         """(Nats-Msg-Id, stored at) of every message under the bench's subject prefix."""
         import nats.errors
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -543,51 +594,13 @@ class Delivery:
                 "event_id", "created_at"
             )
         }
-        records = {f"webhook-{n}": self._webhook_records(url) for n, (_, url) in enumerate(self.receivers, 1)}
+        records = {f"webhook-{n}": self.webhook_records(url) for n, (_, url) in enumerate(self.receivers, 1)}
         if "nats" in self.subscriptions:
-            records["nats"] = self._stream_records()
-        first: dict[str, dict[str, float]] = {}
-        per_subscriber = {}
-        for name, arrivals in records.items():
-            got = first[name] = {}
-            for event_id, at in arrivals:
-                if event_id in created and at < got.get(event_id, float("inf")):
-                    got[event_id] = at
-            lags = [at - created[event_id] for event_id, at in got.items()]
-            per_subscriber[name] = {
-                "received": len(got),
-                "tries_received": sum(1 for event_id, _ in arrivals if event_id in created),
-                "missing": len(created) - len(got),
-                "lag_ms": summary_ms(lags),
-            }
-        start = min(created.values(), default=None)
-
-        def kind(names: list[str]) -> dict | None:
-            names = [name for name in names if name in first]
-            if not names:
-                return None
-            times = [at for name in names for at in first[name].values()]
-            lags = [at - created[event_id] for name in names for event_id, at in first[name].items()]
-            seconds = max(times) - start if times and start is not None else None
-            return {
-                "subscribers": names,
-                "deliveries": len(times),
-                "missing": sum(per_subscriber[name]["missing"] for name in names),
-                "lag_ms": summary_ms(lags),
-                "first_created_to_last_received_s": seconds,
-                "rate": len(times) / seconds if seconds else None,
-            }
-
+            records["nats"] = self.stream_records()
         notifications = Notification.objects.filter(subscription_id__in=self._ids()).exclude(event_type=PING_TYPE)
         states = {row["state"]: row["n"] for row in notifications.order_by().values("state").annotate(n=Count("pk"))}
         return {
-            "events": len(created),
-            "subscribers": list(records),
-            "expected": len(created) * len(records),
-            "missing": sum(part["missing"] for part in per_subscriber.values()),
-            "webhooks": kind([name for name in records if name.startswith("webhook")]),
-            "nats": kind(["nats"]),
-            "per_subscriber": per_subscriber,
+            **delivery_figures(created, records),
             "notifications": states,
             "tries": notifications.aggregate(n=Sum("attempts"))["n"],
             "retried": notifications.filter(attempts__gt=1).count(),

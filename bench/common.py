@@ -172,6 +172,19 @@ def pid_holding(pgid: int, path_prefix: str) -> int | None:
     return None
 
 
+def pids_named(name: str) -> list[int]:
+    """The processes of this machine whose command name is `name` (Linux /proc)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == name:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time used so far by these processes (Linux /proc)."""
     ticks = os.sysconf("SC_CLK_TCK")

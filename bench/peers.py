@@ -7,7 +7,19 @@ import random
 import time
 from datetime import UTC, datetime
 
-from bench.common import PYTHON, REDIS_URL, Child, Children, log, summary_ms, wait_until
+from bench.agent import Delivery, delivery_figures
+from bench.common import (
+    PYTHON,
+    REDIS_URL,
+    Child,
+    Children,
+    cpu_seconds,
+    group_pids,
+    log,
+    pids_named,
+    summary_ms,
+    wait_until,
+)
 
 # --- Celery (Redis broker) --------------------------------------------------------------------
 
@@ -52,7 +64,7 @@ def start_celery(children: Children, env: dict[str, str], *, timeout: float = 60
             "bench.celery_app",
             "worker",
             "-Q",
-            celery_app.QUEUE,
+            f"{celery_app.QUEUE},{celery_app.DELIVER_QUEUE}",
             "--concurrency",
             "2",
             "--loglevel",
@@ -123,6 +135,75 @@ def celery_drain(*, count: int) -> dict:
     elapsed = time.perf_counter() - started
     completed = int(r.get(celery_app.DONE_KEY) or 0)
     return {"tasks": count, "done": completed, "seconds": elapsed, "rate": completed / elapsed}
+
+
+def celery_same_work(
+    *, count: int, url: str, delivery: Delivery, worker: Child, inline: bool = False, timeout: float = 300
+) -> dict:
+    """`count` calls' work (bench/peer_work.py) queued at once, as the agent's burst: each task
+    GETs `url` and queues a delivery task per event and subscriber (the two receivers of
+    `delivery` and, when its stream is made, NATS), or with `inline` makes those deliveries
+    itself (bench/celery_app.py `call`). The rate is to the last call's task done;
+    then until every event reached every subscriber: their lag, and the CPU per call of the
+    worker's processes and of the Redis server when it runs on this machine (the broker's work
+    is Celery's, as SQLite's is the agent's; neither side's NATS server or receivers count)."""
+    from bench import celery_app, peer_work
+
+    r = _redis()
+    r.delete(celery_app.CALLS_DONE_KEY, celery_app.DELIVERY_FAILURES_KEY)
+    hooks = [f"{receiver}/hook" for _, receiver in delivery.receivers]
+    nats_url = delivery.nats_url if delivery.stream_made else ""
+    how = "deliveries inline" if inline else "a task per delivery"
+    log(f"celery same work, {how}: enqueueing {count} calls ({len(hooks)} webhooks{', NATS' if nats_url else ''})")
+    tenant = f"bench-celery-{'inline' if inline else 'tasks'}"
+    for _ in range(count):
+        celery_app.call.apply_async(
+            args=[url, tenant, hooks, nats_url, delivery.prefix, inline], queue=celery_app.CALLS_QUEUE
+        )
+    pids = group_pids(worker.proc.pid)
+    redis_pids = pids_named("redis-server")
+    cpu_before, redis_before = cpu_seconds(pids), cpu_seconds(redis_pids)
+    started = time.perf_counter()
+    celery_app.app.control.add_consumer(celery_app.CALLS_QUEUE, reply=False)
+    wait_until(lambda: int(r.get(celery_app.CALLS_DONE_KEY) or 0) >= count, timeout=timeout, interval=0.002)
+    calls_seconds = time.perf_counter() - started
+    # The next burst is queued whole before it is consumed, as this one.
+    celery_app.app.control.cancel_consumer(celery_app.CALLS_QUEUE, reply=True, timeout=10)
+    calls = int(r.get(celery_app.CALLS_DONE_KEY) or 0)
+    expected = 2 * calls  # each call's Running and Succeeded (or Failed) events
+
+    def records() -> dict[str, list[tuple[str, float]]]:
+        found = {f"webhook-{n}": delivery.webhook_records(base) for n, (_, base) in enumerate(delivery.receivers, 1)}
+        if nats_url:
+            found["nats"] = delivery.stream_records()
+        return found
+
+    def received(found: dict[str, list[tuple[str, float]]]) -> bool:
+        return all(len({event_id for event_id, _ in arrivals}) >= expected for arrivals in found.values())
+
+    latest: dict[str, list[tuple[str, float]]] = {}
+
+    def delivered() -> bool:
+        latest.update(records())
+        return received(latest)
+
+    all_delivered = bool(wait_until(delivered, timeout=timeout, interval=0.5))
+    cpu, redis_cpu = cpu_seconds(pids) - cpu_before, cpu_seconds(redis_pids) - redis_before
+    events = {event_id for arrivals in latest.values() for event_id, _ in arrivals}
+    figures = delivery_figures({event_id: peer_work.created_at(event_id) for event_id in events}, latest)
+    return {
+        "calls": calls,
+        "seconds": calls_seconds,
+        "rate": calls / calls_seconds,
+        "all_delivered": all_delivered,
+        "events_expected": expected,
+        "events_seen": len(events),  # by at least one subscriber
+        "delivery": figures,
+        "delivery_failures": int(r.get(celery_app.DELIVERY_FAILURES_KEY) or 0),
+        "cpu_seconds": cpu,
+        "redis_cpu_seconds": redis_cpu if redis_pids else None,
+        "cpu_ms_per_call": (cpu + redis_cpu) * 1000 / calls if calls else None,
+    }
 
 
 # --- django-q2 (ORM broker on the same SQLite database) ---------------------------------------

@@ -402,6 +402,8 @@ class Run:
         try:
             if "drain" in self.only:
                 self.results["celery"]["drain"] = peers.celery_drain(count=s["celery_drain"])
+                if not self.args.no_delivery:
+                    self.phase("celery_same_work", lambda: self.celery_same_work(worker))
             if "lateness" in self.only:
                 self.results["celery"]["lateness"] = peers.celery_lateness(
                     count=s["celery_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"]
@@ -409,6 +411,24 @@ class Run:
         finally:
             self.children.stop(worker)
             peers.celery_reset()
+
+    def celery_same_work(self, worker: Child) -> None:
+        """Celery doing the burst's work (bench/peer_work.py), with a task per delivery and with
+        the deliveries inline; each its own receivers and stream."""
+        for key, inline in (("same_work", False), ("same_work_inline", True)):
+            delivery = agent.Delivery(self.children, self.env, NATS_URL)
+            try:
+                delivery.start_receivers()
+                delivery.make_stream()
+                self.results["celery"][key] = peers.celery_same_work(
+                    count=self.sizes["celery_drain"],
+                    url=self.target_url,
+                    delivery=delivery,
+                    worker=worker,
+                    inline=inline,
+                )
+            finally:
+                delivery.close()
 
     def djq_phase(self) -> None:
         s = self.sizes
@@ -662,6 +682,32 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                 add(f"steady: delivery lag p50 / p99, {label} (ms)", f"{fmt(p50)} / {fmt(p99)}" if measured else None)
             missing = steady["missing"]
             add("steady: every event reached every subscriber", "yes" if missing == 0 else f"NO ({missing:,} missing)")
+        # Celery doing a drained call's network work (bench/peer_work.py), beside the agent's
+        # burst: informative; the targets stay against Celery's no-op tasks.
+        for key, how in (("same_work", "a task per delivery"), ("same_work_inline", "deliveries inline")):
+            same = c.get(key)
+            if not same:
+                continue
+            figures = same["delivery"]
+            add(f"same work, Celery {how}: calls (n)", get(a, "drain", "calls"), celery=same["calls"])
+            add(f"same work, Celery {how}: rate, all calls done (/s)", rate, celery=same["rate"], digits=0)
+            add(f"same work, Celery {how}: CPU per call (ms)", per_call, celery=same["cpu_ms_per_call"], digits=2)
+            for kind, label in (("webhooks", "webhooks"), ("nats", "NATS")):
+                p50, p99 = get(delivery, kind, "lag_ms", "p50"), get(delivery, kind, "lag_ms", "p99")
+                c50, c99 = get(figures, kind, "lag_ms", "p50"), get(figures, kind, "lag_ms", "p99")
+                add(
+                    f"same work, Celery {how}: delivery lag p50 / p99, {label} (ms)",
+                    f"{fmt(p50)} / {fmt(p99)}" if p99 is not None else None,
+                    celery=f"{fmt(c50)} / {fmt(c99)}" if c99 is not None else None,
+                )
+            lost = same["events_expected"] * len(figures["subscribers"]) - sum(
+                part["received"] for part in figures["per_subscriber"].values()
+            )
+            add(
+                f"same work, Celery {how}: every event reached every subscriber",
+                celery=("yes" if same["all_delivered"] and lost == 0 else f"NO ({lost:,} missing)")
+                + ("" if figures.get("nats") else " (webhooks only)"),
+            )
         plain = a.get("drain_plain")
         if plain:
             rate_plain = plain.get("rate_terminal")
@@ -813,6 +859,14 @@ def render(results: dict) -> str:
         notes.append(
             "CPU per drained call: the agent's = CPU of all its qcluster processes in the drain window / calls "
             "(includes event delivery); bare = the loop's own process CPU / requests (client side only)"
+        )
+    if get(results, "celery", "same_work") or get(results, "celery", "same_work_inline"):
+        notes.append(
+            "same work: Celery (the same worker, concurrency 2) doing a drained call's network work (bench/peer_work.py): "
+            "the GET, then each of its two events to the two webhook receivers (signed) and NATS (acknowledged), "
+            "by a task per delivery or inline in the call's task; no database. Its CPU per call counts the worker's "
+            "processes and the local Redis server's; lag = received - the event's making (its UUIDv7 id). "
+            "Informative: the targets compare with Celery's no-op tasks"
         )
     if results.get("floor"):
         notes.append(
