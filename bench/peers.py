@@ -50,7 +50,7 @@ def celery_reset() -> None:
     _redis().flushdb()
 
 
-def start_celery(children: Children, env: dict[str, str], *, timeout: float = 60.0) -> Child:
+def start_celery(children: Children, env: dict[str, str], *, concurrency: int = 2, timeout: float = 60.0) -> Child:
     from bench import celery_app
 
     celery_reset()
@@ -66,7 +66,7 @@ def start_celery(children: Children, env: dict[str, str], *, timeout: float = 60
             "-Q",
             f"{celery_app.QUEUE},{celery_app.DELIVER_QUEUE}",
             "--concurrency",
-            "2",
+            str(concurrency),
             "--loglevel",
             "WARNING",
             "-n",

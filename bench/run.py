@@ -58,6 +58,8 @@ CPU_PER_DRAINED_CALL_MS = 3.9
 # The POST target against its floor (bench/floor.py), both measured in the same run.
 POST_FLOOR_SHARE = 0.60
 POST_RATE = 300
+# The Celery worker's processes for the same work as the agent's burst (bench/peer_work.py).
+SAME_WORK_CONCURRENCY = 8
 POST_RATE_FLOOR_ABOVE = 500
 
 FULL = {
@@ -402,8 +404,6 @@ class Run:
         try:
             if "drain" in self.only:
                 self.results["celery"]["drain"] = peers.celery_drain(count=s["celery_drain"])
-                if not self.args.no_delivery:
-                    self.phase("celery_same_work", lambda: self.celery_same_work(worker))
             if "lateness" in self.only:
                 self.results["celery"]["lateness"] = peers.celery_lateness(
                     count=s["celery_lateness"], lead=s["lateness_lead"], spread=s["lateness_spread"]
@@ -411,24 +411,34 @@ class Run:
         finally:
             self.children.stop(worker)
             peers.celery_reset()
+        if "drain" in self.only and not self.args.no_delivery:
+            self.phase("celery_same_work", self.celery_same_work)
 
-    def celery_same_work(self, worker: Child) -> None:
+    def celery_same_work(self) -> None:
         """Celery doing the burst's work (bench/peer_work.py), with a task per delivery and with
-        the deliveries inline; each its own receivers and stream."""
-        for key, inline in (("same_work", False), ("same_work_inline", True)):
-            delivery = agent.Delivery(self.children, self.env, NATS_URL)
-            try:
-                delivery.start_receivers()
-                delivery.make_stream()
-                self.results["celery"][key] = peers.celery_same_work(
-                    count=self.sizes["celery_drain"],
-                    url=self.target_url,
-                    delivery=delivery,
-                    worker=worker,
-                    inline=inline,
-                )
-            finally:
-                delivery.close()
+        the deliveries inline; each its own receivers and stream. Its worker has
+        SAME_WORK_CONCURRENCY processes, as a Celery user would give tasks that mostly wait on the
+        network (the no-op peer has one per core)."""
+        worker = peers.start_celery(self.children, self.env, concurrency=SAME_WORK_CONCURRENCY)
+        try:
+            for key, inline in (("same_work", False), ("same_work_inline", True)):
+                delivery = agent.Delivery(self.children, self.env, NATS_URL)
+                try:
+                    delivery.start_receivers()
+                    delivery.make_stream()
+                    result = peers.celery_same_work(
+                        count=self.sizes["celery_drain"],
+                        url=self.target_url,
+                        delivery=delivery,
+                        worker=worker,
+                        inline=inline,
+                    )
+                    self.results["celery"][key] = {**result, "concurrency": SAME_WORK_CONCURRENCY}
+                finally:
+                    delivery.close()
+        finally:
+            self.children.stop(worker)
+            peers.celery_reset()
 
     def djq_phase(self) -> None:
         s = self.sizes
@@ -700,6 +710,12 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
                     f"{fmt(p50)} / {fmt(p99)}" if p99 is not None else None,
                     celery=f"{fmt(c50)} / {fmt(c99)}" if c99 is not None else None,
                 )
+            add(
+                f"same work, Celery {how}: first event made → last received (s)",
+                get(delivery, "webhooks", "first_created_to_last_received_s"),
+                celery=get(figures, "webhooks", "first_created_to_last_received_s"),
+                digits=2,
+            )
             lost = same["events_expected"] * len(figures["subscribers"]) - sum(
                 part["received"] for part in figures["per_subscriber"].values()
             )
@@ -862,7 +878,7 @@ def render(results: dict) -> str:
         )
     if get(results, "celery", "same_work") or get(results, "celery", "same_work_inline"):
         notes.append(
-            "same work: Celery (the same worker, concurrency 2) doing a drained call's network work (bench/peer_work.py): "
+            f"same work: Celery ({SAME_WORK_CONCURRENCY} worker processes) doing a drained call's network work (bench/peer_work.py): "
             "the GET, then each of its two events to the two webhook receivers (signed) and NATS (acknowledged), "
             "by a task per delivery or inline in the call's task; no database. Its CPU per call counts the worker's "
             "processes and the local Redis server's; lag = received - the event's making (its UUIDv7 id). "
