@@ -12,9 +12,8 @@ fresh SQLite database, and counts what it costs:
   NATS JetStream subscription instead (a throwaway stream on BENCH_NATS_URL, published in
   batches and acknowledged by the server);
 - `call`: calls due now, drained as the engine drains them but in one thread: started and
-  claimed in batches (`workers.pipeline.start_and_claim_overdue`), each batch's attempts sent
-  at once on the asyncio sender to the bench's target (bench/target.py, its own process) and
-  the batch's outcomes recorded
+  claimed in batches (`workers.pipeline.start_and_claim_overdue`), each attempt sent to the
+  bench's target (bench/target.py, its own process) and the batch's outcomes recorded
   (`record`), the calls' events published by the dispatcher's batches (no subscriptions), until
   every call is terminal and every event published;
 - `post`: POST /api/tenants/<t>/service-calls with the load client's body (bench/load_client.py),
@@ -276,15 +275,13 @@ def _publish_all() -> None:
 
 def _drain() -> None:
     """Start, send, record and publish until no call is due and no event unpublished. Started
-    in batches of the engine's room (EXECUTION_CONCURRENCY), each batch's attempts sent at once
-    on the process's asyncio sender as the engine sends them (each with its log line), and their
-    outcomes recorded together (the engine records what finishes within a few milliseconds, up
-    to 100, together: in a burst, about a start batch's)."""
+    in batches of the engine's room (EXECUTION_CONCURRENCY), each batch's outcomes recorded
+    together (the engine records what finishes within a few milliseconds, up to 100, together:
+    in a burst, about a start batch's)."""
     from django.conf import settings
 
     from core.ids import utcnow
-    from execution.aio import sender
-    from workers.pipeline import attempt_finished, record, start_and_claim_overdue
+    from workers.pipeline import record, run_attempt, start_and_claim_overdue
 
     deadline = time.monotonic() + DELIVER_WITHIN_SECONDS
     while True:
@@ -292,10 +289,7 @@ def _drain() -> None:
             due_before=utcnow(), limit=settings.EXECUTION_CONCURRENCY, worker_id="bench-cost"
         )
         if attempts:
-            outcomes = sender().perform_many([attempt.order.request for attempt in attempts])
-            for attempt, outcome in zip(attempts, outcomes, strict=True):
-                attempt_finished(attempt, outcome)
-            record(list(zip(attempts, outcomes, strict=True)))
+            record([(attempt, run_attempt(attempt)) for attempt in attempts])
         published = _publish()
         if not (attempts or published):
             return

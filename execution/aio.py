@@ -46,6 +46,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -243,8 +244,12 @@ class Sender:
             )
             # Its connections note whether a request got a byte of answer (the resend's rule).
             connector._factory = functools.partial(_Handler, loop=asyncio.get_running_loop())
+            # Which requests went out on a kept-alive connection (the resend's first condition).
+            reuse = aiohttp.TraceConfig()
+            reuse.on_connection_reuseconn.append(_note_reuse)
             session = aiohttp.ClientSession(
                 connector=connector,
+                trace_configs=[reuse],
                 cookie_jar=aiohttp.DummyCookieJar(),
                 trust_env=False,
                 auto_decompress=False,  # unless the request asks for an encoding (_answer)
@@ -303,16 +308,17 @@ class Sender:
                 named = parse_ip_literal(target.host) is None
                 server_hostname = target.host if target.scheme == "https" and named else None
                 answer = functools.partial(self._answer, wire, url, server_hostname, secrets, latency)
+                sent = {"reused": False}
                 try:
-                    return await answer(self._session())
+                    return await answer(self._session(), sent)
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
                     # Once more, on a new connection, within the same deadline: a kept-alive
                     # connection the peer closed before a byte of answer (its idle timer fired as
                     # the request arrived), for a method that may be sent again (perform's rule,
                     # transport.may_send_again; docs/security.md §3).
-                    if not (_closed_unanswered(exc) and wire.method in IDEMPOTENT_METHODS):
+                    if not (sent["reused"] and _closed_unanswered(exc) and wire.method in IDEMPOTENT_METHODS):
                         raise
-                    return await answer(self._session(fresh=True))
+                    return await answer(self._session(fresh=True), {"reused": False})
         except EgressDenied as exc:
             return failure(ErrorKind.EGRESS_DENIED, str(exc))
         except TimeoutError:
@@ -329,6 +335,7 @@ class Sender:
         secrets: list[str],
         latency: Callable[[], int],
         session: aiohttp.ClientSession,
+        sent: dict[str, bool],
     ) -> Outcome:
         """One exchange on `session`: the request, its response's head and capped body."""
         async with session.request(
@@ -338,6 +345,7 @@ class Sender:
             headers=wire.headers,
             allow_redirects=False,
             server_hostname=server_hostname,
+            trace_request_ctx=sent,
             # A body the request asked compressed is inflated, as perform inflates it; a receiver
             # that compresses unasked has its bytes kept as they came.
             auto_decompress=_asks_encoding(wire),
@@ -376,6 +384,10 @@ class Sender:
             )
 
 
+async def _note_reuse(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
+    context.trace_request_ctx["reused"] = True
+
+
 def _asks_encoding(wire: Wire) -> bool:
     """Whether the request asks for a compressed answer (its own Accept-Encoding, which the
     agent sets to `identity` when the caller gives none)."""
@@ -384,17 +396,15 @@ def _asks_encoding(wire: Wire) -> bool:
 
 
 class _Handler(ResponseHandler):
-    """aiohttp's protocol of a connection, noting whether the request in progress went out on
-    it kept alive (not its first) and got a byte of answer: an error it raises for a kept-alive
-    connection the peer ended before one says so (`_closed_unanswered`). (aiohttp's protocol and
-    its connector's factory of them are private to the pinned aiohttp:
-    tests/execution/test_kept_alive_connections.py fails should they change.)"""
+    """aiohttp's protocol of a connection, noting whether the request in progress got a byte of
+    answer: an error it raises for a connection the peer ended before one says so
+    (`_closed_unanswered`). (aiohttp's protocol and its connector's factory of them are private
+    to the pinned aiohttp: tests/execution/test_kept_alive_connections.py fails should they
+    change.)"""
 
-    requests = 0
     answered = False
 
     def set_response_params(self, **kwargs: Any) -> None:  # a request starts on this connection
-        self.requests += 1
         self.answered = False
         super().set_response_params(**kwargs)
 
@@ -404,15 +414,15 @@ class _Handler(ResponseHandler):
         super().data_received(data)
 
     def set_exception(self, exc: BaseException, *args: Any, **kwargs: Any) -> None:
-        if self.requests > 1 and not self.answered:
-            exc.unanswered_on_kept_alive = True  # type: ignore[attr-defined]
+        if not self.answered:
+            exc.unanswered = True  # type: ignore[attr-defined]
         super().set_exception(exc, *args, **kwargs)
 
 
 def _closed_unanswered(exc: BaseException) -> bool:
-    """A kept-alive connection the peer ended (EOF, or a reset or broken pipe: never a timeout
-    or TLS) before a single byte of answer (perform's rule, transport.may_send_again)."""
-    if not getattr(exc, "unanswered_on_kept_alive", False):
+    """The peer ended the connection (EOF, or a reset or broken pipe: never a timeout or TLS)
+    before a single byte of answer (perform's rule, transport.may_send_again)."""
+    if not getattr(exc, "unanswered", False):
         return False
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return True
