@@ -1,43 +1,37 @@
-"""Many HTTP requests at once on one asyncio loop: how the engine's attempts (workers/engine.py)
-and webhook tries (delivery/runner.py) go out.
+"""Many HTTP requests at once on one asyncio loop: how webhooks go out (delivery/runner.py).
 
 `perform` (execution/http.py) holds a thread for each request, and around urllib3 it keeps a
 deadline timer and the wire bookkeeping that lets it send an idempotent request once more. In a
 burst, event delivery spent half the workers' CPU in that path and in handing each try to a
-thread of its own (bench/README.md, item 17), and the engine's 48 attempt threads held the GIL
-between the statements of every write transaction of their process (item 27). Here one loop, in
-a daemon thread of the process, sends every request with aiohttp: a caller hands requests over
-with a callback and never waits.
+thread of its own (bench/README.md, item 17). Here one loop, in a daemon thread of the process,
+sends every request with aiohttp: a caller hands requests over with a callback and never waits.
 
 The same request and the same rules as `perform` (docs/security.md §3):
-- `wire_for` makes the request (the Wire the attempt log recorded), so the same headers go out,
-  and aiohttp adds none of its own;
+- `wire_request` makes the request, so the same headers go out, and aiohttp adds none of its
+  own;
 - the egress policy resolves the URL's host (on perform's lookup threads: a hung lookup holds
   its own thread and its try, never another's) and checks every address before anything
   connects, and the connection goes to the checked address: the URL handed to aiohttp names
   the address, the Host header and TLS's server name the URL's host, and its pool is keyed by
   both;
-- no redirects, no proxy and no .netrc (`trust_env` off), no cookies (a jar that keeps none);
-  a body is inflated only when the request asked for an encoding, in pieces of at most
-  READ_BUFFER_BYTES;
-- at most RESPONSE_MAX_HEADERS headers and RESPONSE_MAX_HEADER_BYTES in the whole head, each
-  line at most HEADER_LINE_MAX_BYTES (perform bounds only the whole head), and at most
-  RESPONSE_BODY_MAX_BYTES of body read, of which only the snippet is kept; header values read
-  byte for byte (ISO-8859-1), as perform reads them;
+- no redirects, no proxy and no .netrc (`trust_env` off), no cookies (a jar that keeps none),
+  no decompression (the request asks for `identity`; a snippet is kept as it came);
+- at most RESPONSE_MAX_HEADERS headers, each line at most HEADER_LINE_MAX_BYTES (aiohttp
+  bounds lines, not the header block as `perform` does: RESPONSE_MAX_HEADER_BYTES caps the
+  line too when it is lower), and at most RESPONSE_BODY_MAX_BYTES of body read, of which only
+  the snippet is kept;
 - one deadline for the whole request: resolution, connect, headers and body (interim 1xx
   responses are bounded by it, not counted as perform counts them);
-- a kept-alive connection idle for POOLED_CONNECTION_MAX_IDLE_SECONDS is closed, not reused;
-- a request that failed on a kept-alive connection the peer ended before a byte of answer goes
-  once more, on a new connection, within the deadline, when its method is idempotent
-  (transport.may_send_again; aiohttp's own resend is off). Unlike perform, a request of another
-  method is never sent again, even when none of it was written: the sender cannot tell.
+- a kept-alive connection idle for POOLED_CONNECTION_MAX_IDLE_SECONDS is closed, not reused.
+What `perform` does and this does not: send a request a second time (aiohttp's own resend of an
+idempotent request is turned off too). A try that a closing kept-alive connection cut short
+fails, and the delivery schedule tries it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import errno
 import functools
 import itertools
 import logging
@@ -46,13 +40,10 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Sequence
-from types import SimpleNamespace
-from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import http_exceptions
-from aiohttp.client_proto import ResponseHandler
 from django.conf import settings
 from django.db import connection
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
@@ -68,22 +59,15 @@ from execution.egress import (
 )
 from execution.http import (
     HttpRequest,
-    Wire,
     describe_error,
     header_refusal,
     response_outcome,
     scrub,
     secret_values,
-    wire_for,
+    wire_request,
 )
 from execution.outcomes import ErrorKind, Outcome
-from execution.transport import (
-    IDEMPOTENT_METHODS,
-    POOLED_CONNECTION_MAX_IDLE_SECONDS,
-    ResponseHeadersTooLarge,
-    run_lookup,
-    system_resolver,
-)
+from execution.transport import POOLED_CONNECTION_MAX_IDLE_SECONDS, run_lookup, system_resolver
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +81,6 @@ CONNECTIONS_PER_TARGET = 64
 # How much longer than its longest deadline `perform_many` waits before it calls a request lost
 # (only a loop that stopped answering leaves one unanswered).
 LOOP_GRACE_SECONDS = 5.0
-
-# What aiohttp reads ahead of the caller, and inflates at once from a compressed body: its
-# default (256 KiB) let a gzip bomb hold about 3 MiB while the body was read.
-READ_BUFFER_BYTES = 64 * 1024
 
 # aiohttp's default, and the common servers' (nginx's large_client_header_buffers, Apache's
 # LimitRequestFieldSize): with RESPONSE_MAX_HEADERS of them, what a response's headers may hold.
@@ -126,7 +106,7 @@ class Sender:
         # Written only on the loop's thread: a session per set of header bounds (settings a test
         # may change), each with its own connections; the requests out (the loop keeps only
         # weak references to its tasks).
-        self._sessions: dict[tuple[int, int, bool], aiohttp.ClientSession] = {}
+        self._sessions: dict[tuple[int, int], aiohttp.ClientSession] = {}
         self._tasks: set[asyncio.Task[Outcome]] = set()
         self._tls: ssl.SSLContext | None = None
 
@@ -145,16 +125,6 @@ class Sender:
                 loop.call_soon(self._start, list(requests), policy)
             else:
                 loop.call_soon_threadsafe(self._start, list(requests), policy)
-
-    def warm(self, *, timeout: float = 10.0) -> None:
-        """Start the loop and make its session now, not on the first request: making the TLS
-        context (the CA bundle read and parsed) took 37 ms, which a worker's first attempt, due
-        to the millisecond, would otherwise wait for."""
-
-        async def make() -> None:
-            self._session()
-
-        asyncio.run_coroutine_threadsafe(make(), self._running_loop()).result(timeout)
 
     def perform_many(self, requests: Sequence[HttpRequest], *, policy: EgressPolicy | None = None) -> list[Outcome]:
         """Send the requests at once and wait for every Outcome (from a plain thread, never
@@ -228,32 +198,22 @@ class Sender:
         except BaseException:  # the caller's bug: logged, and the loop goes on
             logger.exception("the callback of a request failed")
 
-    def _session(self, *, fresh: bool = False) -> aiohttp.ClientSession:
-        """The loop's session for the settings' header bounds; with `fresh`, one whose every
-        request goes on a new connection, closed after it (a request sent once more)."""
+    def _session(self) -> aiohttp.ClientSession:
         bounds = (settings.RESPONSE_MAX_HEADERS, settings.RESPONSE_MAX_HEADER_BYTES)
-        session = self._sessions.get((*bounds, fresh))
+        session = self._sessions.get(bounds)
         if session is None:
             connector = aiohttp.TCPConnector(
                 limit=0,
                 limit_per_host=CONNECTIONS_PER_TARGET,
-                keepalive_timeout=None if fresh else POOLED_CONNECTION_MAX_IDLE_SECONDS,
-                force_close=fresh,
+                keepalive_timeout=POOLED_CONNECTION_MAX_IDLE_SECONDS,
                 use_dns_cache=False,  # the URL names the checked address: nothing is resolved
                 ssl=self._tls_context(),
             )
-            # Its connections note whether a request got a byte of answer (the resend's rule).
-            connector._factory = functools.partial(_Handler, loop=asyncio.get_running_loop())
-            # Which requests went out on a kept-alive connection (the resend's first condition).
-            reuse = aiohttp.TraceConfig()
-            reuse.on_connection_reuseconn.append(_note_reuse)
             session = aiohttp.ClientSession(
                 connector=connector,
-                trace_configs=[reuse],
                 cookie_jar=aiohttp.DummyCookieJar(),
                 trust_env=False,
-                auto_decompress=False,  # unless the request asks for an encoding (_answer)
-                read_bufsize=READ_BUFFER_BYTES,
+                auto_decompress=False,
                 timeout=aiohttp.ClientTimeout(total=None),  # the request's own deadline bounds it
                 max_headers=bounds[0],
                 max_line_size=min(bounds[1], HEADER_LINE_MAX_BYTES),
@@ -266,7 +226,7 @@ class Sender:
             # nothing is sent twice. (A private attribute of the pinned aiohttp: the test of it,
             # tests/execution/test_aio_sender.py, fails should it change.)
             session._retry_connection = False
-            self._sessions[(*bounds, fresh)] = session
+            self._sessions[bounds] = session
         return session
 
     def _tls_context(self) -> ssl.SSLContext:
@@ -292,7 +252,7 @@ class Sender:
             return failure(ErrorKind.EGRESS_DENIED, refusal)
         try:
             async with asyncio.timeout(request.timeout_ms / 1000):
-                wire = wire_for(request)
+                wire = wire_request(request=request)
                 target = await _checked_target(wire.url, policy or EgressPolicy.from_settings())
                 if target.scheme == "https" and not os.path.exists(DEFAULT_CA_BUNDLE_PATH):
                     raise OSError(f"Could not find a TLS CA certificate bundle, invalid path: {DEFAULT_CA_BUNDLE_PATH}")
@@ -306,19 +266,36 @@ class Sender:
                     encoded=True,
                 )
                 named = parse_ip_literal(target.host) is None
-                server_hostname = target.host if target.scheme == "https" and named else None
-                answer = functools.partial(self._answer, wire, url, server_hostname, secrets, latency)
-                sent = {"reused": False}
-                try:
-                    return await answer(self._session(), sent)
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-                    # Once more, on a new connection, within the same deadline: a kept-alive
-                    # connection the peer closed before a byte of answer (its idle timer fired as
-                    # the request arrived), for a method that may be sent again (perform's rule,
-                    # transport.may_send_again; docs/security.md §3).
-                    if not (sent["reused"] and _closed_unanswered(exc) and wire.method in IDEMPOTENT_METHODS):
-                        raise
-                    return await answer(self._session(fresh=True), {"reused": False})
+                async with self._session().request(
+                    wire.method,
+                    url,
+                    data=wire.body,
+                    headers=wire.headers,
+                    allow_redirects=False,
+                    server_hostname=target.host if target.scheme == "https" and named else None,
+                ) as response:
+                    snippet, truncated, consumed = await _read_capped(response)
+                    if not consumed:
+                        response.close()  # the rest is never read: the connection goes
+                    # One entry per name (its first spelling), in the order first seen, repeated
+                    # fields joined with ", ": as perform's.
+                    fields = response.headers
+                    first: dict[str, str] = {}
+                    for name in fields:
+                        first.setdefault(name.lower(), name)
+                    headers = {
+                        name: ", ".join(fields.getall(name))
+                        for name in itertools.islice(first.values(), settings.RESPONSE_MAX_HEADERS)
+                    }
+                    return response_outcome(
+                        status=response.status,
+                        reason=response.reason,
+                        headers=headers,
+                        snippet=snippet,
+                        truncated=truncated,
+                        secrets=secrets,
+                        latency_ms=latency(),
+                    )
         except EgressDenied as exc:
             return failure(ErrorKind.EGRESS_DENIED, str(exc))
         except TimeoutError:
@@ -326,118 +303,6 @@ class Sender:
         except Exception as exc:
             kind, message = _describe(exc)
             return failure(kind, message)
-
-    async def _answer(
-        self,
-        wire: Wire,
-        url: URL,
-        server_hostname: str | None,
-        secrets: list[str],
-        latency: Callable[[], int],
-        session: aiohttp.ClientSession,
-        sent: dict[str, bool],
-    ) -> Outcome:
-        """One exchange on `session`: the request, its response's head and capped body."""
-        async with session.request(
-            wire.method,
-            url,
-            data=wire.body,
-            headers=wire.headers,
-            allow_redirects=False,
-            server_hostname=server_hostname,
-            trace_request_ctx=sent,
-            # A body the request asked compressed is inflated, as perform inflates it; a receiver
-            # that compresses unasked has its bytes kept as they came.
-            auto_decompress=_asks_encoding(wire),
-        ) as response:
-            try:
-                _check_head_size(response)
-            except ResponseHeadersTooLarge:
-                response.close()  # its body is never read: the connection goes
-                raise
-            snippet, truncated, consumed = await _read_capped(response)
-            if not consumed:
-                response.close()  # the rest is never read: the connection goes
-            # One entry per name (its first spelling), in the order first seen, repeated
-            # fields joined with ", ", each byte one character (ISO-8859-1): as perform's.
-            # aiohttp's own view of the headers keeps a byte above 127 that is not UTF-8 as a
-            # lone surrogate, which no database can store.
-            spelling: dict[str, str] = {}
-            values: dict[str, list[str]] = {}
-            for raw_name, raw_value in response.raw_headers:
-                name = raw_name.decode("latin-1")
-                key = name.lower()
-                spelling.setdefault(key, name)
-                values.setdefault(key, []).append(raw_value.decode("latin-1"))
-            headers = {
-                spelling[key]: ", ".join(values[key])
-                for key in itertools.islice(spelling, settings.RESPONSE_MAX_HEADERS)
-            }
-            return response_outcome(
-                status=response.status,
-                reason=response.reason,
-                headers=headers,
-                snippet=snippet,
-                truncated=truncated,
-                secrets=secrets,
-                latency_ms=latency(),
-            )
-
-
-async def _note_reuse(session: aiohttp.ClientSession, context: SimpleNamespace, params: object) -> None:
-    context.trace_request_ctx["reused"] = True
-
-
-def _asks_encoding(wire: Wire) -> bool:
-    """Whether the request asks for a compressed answer (its own Accept-Encoding, which the
-    agent sets to `identity` when the caller gives none)."""
-    asked = next((value for name, value in wire.headers.items() if name.lower() == "accept-encoding"), "identity")
-    return asked.strip().lower() != "identity"
-
-
-class _Handler(ResponseHandler):
-    """aiohttp's protocol of a connection, noting whether the request in progress got a byte of
-    answer: an error it raises for a connection the peer ended before one says so
-    (`_closed_unanswered`). (aiohttp's protocol and its connector's factory of them are private
-    to the pinned aiohttp: tests/execution/test_kept_alive_connections.py fails should they
-    change.)"""
-
-    answered = False
-
-    def set_response_params(self, **kwargs: Any) -> None:  # a request starts on this connection
-        self.answered = False
-        super().set_response_params(**kwargs)
-
-    def data_received(self, data: bytes) -> None:
-        if data:
-            self.answered = True
-        super().data_received(data)
-
-    def set_exception(self, exc: BaseException, *args: Any, **kwargs: Any) -> None:
-        if not self.answered:
-            exc.unanswered = True  # type: ignore[attr-defined]
-        super().set_exception(exc, *args, **kwargs)
-
-
-def _closed_unanswered(exc: BaseException) -> bool:
-    """The peer ended the connection (EOF, or a reset or broken pipe: never a timeout or TLS)
-    before a single byte of answer (perform's rule, transport.may_send_again)."""
-    if not getattr(exc, "unanswered", False):
-        return False
-    if isinstance(exc, aiohttp.ServerDisconnectedError):
-        return True
-    return isinstance(exc, aiohttp.ClientOSError) and exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED)
-
-
-def _check_head_size(response: aiohttp.ClientResponse) -> None:
-    """perform's bound on the whole head (RESPONSE_MAX_HEADER_BYTES), as it read it: the status
-    line, each header line and the blank line. aiohttp bounds each line and the count only."""
-    limit = settings.RESPONSE_MAX_HEADER_BYTES
-    size = len(f"HTTP/1.1 {response.status} {response.reason or ''}\r\n\r\n")
-    for name, value in response.raw_headers:
-        size += len(name) + len(value) + 4  # ": " and CRLF
-        if size > limit:
-            raise ResponseHeadersTooLarge(f"the response headers exceed {limit} bytes")
 
 
 async def _checked_target(url: str, policy: EgressPolicy) -> Target:
@@ -505,8 +370,6 @@ def _describe(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, aiohttp.ServerDisconnectedError):
         return ErrorKind.NETWORK_ERROR, "connection closed before a response"
     if isinstance(exc, aiohttp.ClientPayloadError):
-        if isinstance(exc.__cause__, http_exceptions.ContentEncodingError):
-            return ErrorKind.NETWORK_ERROR, "the response body could not be decompressed"
         return ErrorKind.NETWORK_ERROR, "the response body ended early"
     # A response aiohttp's parser refused: the parser's error, or its message on a 400 that
     # aiohttp makes of it (no response of the server's has a status here yet).

@@ -186,10 +186,9 @@ def wire_request(*, request: HttpRequest) -> Wire:
     )
 
 
-def wire_for(request: HttpRequest) -> Wire:
+def _wire_for(request: HttpRequest) -> Wire:
     """`wire_request(request)`, made once per request object: the attempt log's headers
-    (sent_headers, written before the request leaves) and the attempt (`perform`, or the asyncio
-    sender, execution/aio.py) then share one Wire, so
+    (sent_headers, written before the request leaves) and the attempt then share one Wire, so
     the body is encoded once and what is logged is what is sent by construction. An
     HttpRequest is frozen; the product never changes its dicts after building it."""
     wire = request.__dict__.get("_wire")
@@ -207,10 +206,10 @@ class _HeaderHolder:
 
 
 def sent_body(*, request: HttpRequest) -> bytes | None:
-    """The body `perform` sends for `request` (encoded once, with its headers: `wire_for`), for
+    """The body `perform` sends for `request` (encoded once, with its headers: `_wire_for`), for
     the attempt log; for a request that cannot be sent, its encoding all the same."""
     try:
-        return wire_for(request).body
+        return _wire_for(request).body
     except ValueError:
         return encode_body(request.body, dict(request.headers))[0]
 
@@ -219,7 +218,7 @@ def sent_headers(*, request: HttpRequest) -> dict[str, str]:
     """The headers `perform` sends for `request`, for the attempt log written before it goes
     out. For a URL that cannot be sent nothing goes out: the caller's headers are shown."""
     try:
-        return dict(wire_for(request).headers)
+        return dict(_wire_for(request).headers)
     except ValueError:
         return encode_body(request.body, dict(request.headers))[1]
 
@@ -328,7 +327,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     response = None
     consumed = False  # the whole body was read: the connection goes back to the pool
     try:
-        response = _send(wire_for(request), deadline=deadline, expired=expired)
+        response = _send(_wire_for(request), deadline=deadline, expired=expired)
         if expired.is_set():  # the headers may have been cut short by the deadline
             raise _DeadlineExceeded
         snippet_bytes, truncated, consumed = _read_capped(response, deadline, expired)

@@ -40,8 +40,6 @@ from core.ids import utcnow
 from delivery.fanout import NotificationSink
 from delivery.runner import Deliverer
 from delivery.services import nats_subscription_ensure, notifications_delete_before
-from execution.aio import sender
-from execution.http import HttpRequest
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
 from orchestration.selectors import service_calls_overdue, service_calls_overdue_exist
@@ -56,7 +54,7 @@ from timer.selectors import DueTimer
 from workers import recovery
 from workers.flow import FlowLoop
 from workers.keeper import SessionKeeper
-from workers.pipeline import attempt_finished, record, run_attempt, start_and_claim, start_and_claim_overdue
+from workers.pipeline import record, run_attempt, start_and_claim, start_and_claim_overdue
 from workers.services import RunRecorder, runs_delete_older_than
 
 logger = logging.getLogger("serviceagent.engine")
@@ -248,10 +246,6 @@ class Engine:
         # the switch interval (5 ms by default), so a transaction of a few dozen statements
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        try:
-            sender().warm()  # the attempts' sender, ready before the first falls due
-        except Exception:  # it starts on the first attempt instead
-            logger.exception("starting the HTTP sender failed")
         self._run_loops(
             [
                 ("recorder", self._recorder_loop),
@@ -457,53 +451,30 @@ class Engine:
         return len(attempts)
 
     def execute(self, attempts: list[Attempt], *, room: Reservation | None = None) -> None:
-        """Send attempts; with `room`, they take the places reserved for them. Each goes on the
-        process's asyncio sender (execution/aio.py), which keeps many out at once on one thread;
-        one that flow control admitted ahead of its start waits for it on a thread of the pool."""
-        out: list[tuple[HttpRequest, Callable[[Outcome], None]]] = []
+        """Hand attempts to the pool; with `room`, they take the threads reserved for them."""
         for attempt in attempts:
             with self._in_flight_lock:
                 if room is not None and room.size:
                     room.size -= 1  # already counted in flight by the reservation
                 else:
                     self.in_flight += 1
-            if attempt.order.not_before is None:
-                out.append((attempt.order.request, partial(self._sent_back, attempt)))
-                continue
             try:
                 self.pool.submit(self._perform, attempt)
             except RuntimeError:  # pool shut down: the watchdog of the next session resolves it
                 with self._in_flight_lock:
                     self.in_flight -= 1
-        if out:
-            try:
-                sender().submit(out)
-            except Exception as exc:  # the loop could not be reached: each fails, none is lost
-                logger.exception("handing %d attempts to the sender failed", len(out))
-                failed = Outcome.failure(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"[:1000])
-                for _, done in out:
-                    done(failed)
 
     def _perform(self, attempt: Attempt) -> None:
         try:
             outcome = run_attempt(attempt)
         except Exception as exc:  # perform() never raises; this is a last line
             outcome = Outcome.failure(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-        self._back(attempt, outcome)
-
-    def _sent_back(self, attempt: Attempt, outcome: Outcome) -> None:
-        """An attempt's Outcome from the sender, on its loop's thread (so nothing here blocks)."""
-        try:
-            attempt_finished(attempt, outcome)
         finally:
-            self._back(attempt, outcome)
-
-    def _back(self, attempt: Attempt, outcome: Outcome) -> None:
-        with self._in_flight_lock:
-            self.in_flight -= 1
-            room = self.concurrency - self.in_flight
-        if room == self._min_claim:  # just enough room for the backlog loop to claim
-            self._room.set()
+            with self._in_flight_lock:
+                self.in_flight -= 1
+                room = self.concurrency - self.in_flight
+            if room == self._min_claim:  # just enough room for the backlog loop to claim
+                self._room.set()
         self.results.put((attempt, outcome))
 
     # -- recording outcomes in batches --------------------------------------------------------

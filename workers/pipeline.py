@@ -11,7 +11,6 @@ import logging
 import time
 import uuid
 from collections.abc import Collection, Iterable, Sequence
-from contextlib import AbstractContextManager
 from datetime import datetime
 
 from django.db import transaction
@@ -88,30 +87,19 @@ def run_attempt(attempt: Attempt) -> Outcome:
         pause = order.not_before - time.time()
         if pause > 0:
             time.sleep(pause)
-    with _context(attempt):
-        outcome = perform(order.request)
-        _log_finished(outcome)
-    return outcome
-
-
-def attempt_finished(attempt: Attempt, outcome: Outcome) -> None:
-    """The log line of an attempt sent elsewhere (the engine's asyncio sender) and back."""
-    with _context(attempt):
-        _log_finished(outcome)
-
-
-def _context(attempt: Attempt) -> AbstractContextManager[None]:
-    order = attempt.order
-    return log_context(
+    with log_context(
         tenantId=order.tenant_id, serviceCallId=str(order.service_call_id), correlationId=order.correlation_id
-    )
-
-
-def _log_finished(outcome: Outcome) -> None:
-    logger.info(
-        "attempt finished",
-        extra={"status": outcome.status, "errorKind": outcome.error_kind, "latencyMs": outcome.latency_ms},
-    )
+    ):
+        outcome = perform(order.request)
+        logger.info(
+            "attempt finished",
+            extra={
+                "status": outcome.status,
+                "errorKind": outcome.error_kind,
+                "latencyMs": outcome.latency_ms,
+            },
+        )
+    return outcome
 
 
 def record(results: Sequence[tuple[Attempt, Outcome]]) -> None:

@@ -73,30 +73,3 @@ def test_one_outcome_that_cannot_be_recorded_does_not_sink_the_others(transactio
     statuses = {c.pk: ServiceCall.objects.get(pk=c.pk).status for c in calls}
     assert statuses.pop(poisoned) == "Running"  # left to the watchdog
     assert set(statuses.values()) == {"Succeeded"}
-
-
-def test_attempts_go_out_on_the_asyncio_sender_with_their_log_line(world, http_target, engine, monkeypatch, caplog):
-    """The engine hands its attempts to the process's asyncio sender (execution/aio.py): no
-    thread of its pool waits for an answer (docs/architecture.md), and each attempt's log line
-    carries its call, as a thread's did."""
-    import logging
-
-    from execution.aio import Sender
-
-    handed = []
-    real_submit = Sender.submit
-
-    def submit(self, requests, **kwargs):
-        handed.extend(request.url for request, _ in requests)
-        return real_submit(self, requests, **kwargs)
-
-    monkeypatch.setattr(Sender, "submit", submit)
-    caplog.set_level(logging.INFO, logger="serviceagent.pipeline")
-    calls = [make_call("acme", name=f"c{n}", url=http_target.url(f"/json?n={n}")) for n in range(3)]
-    for call in calls:
-        assert wait_for(lambda call=call: _terminal(call)).status == ServiceCall.Status.SUCCEEDED
-    assert sorted(handed) == sorted(call.request_spec["url"] for call in calls)
-    assert not engine.pool._threads  # the pool only waits out flow control's early admissions
-    finished = [r for r in caplog.records if r.getMessage() == "attempt finished"]
-    assert sorted(r.serviceCallId for r in finished) == sorted(str(call.pk) for call in calls)
-    assert {(r.tenantId, r.status) for r in finished} == {("acme", 200)}
