@@ -554,6 +554,24 @@ class Delivery:
             answer.raise_for_status()
             return [(event_id, at) for event_id, at in answer.json()["records"]]
 
+    def webhook_count(self, url: str) -> int:
+        """How many requests the receiver at `url` has recorded, tries included."""
+        import requests
+
+        with requests.Session() as session:
+            session.trust_env = False
+            answer = session.get(f"{url}/count", timeout=30)
+            answer.raise_for_status()
+            return int(answer.json()["count"])
+
+    def stream_count(self) -> int:
+        """How many messages the bench's stream holds."""
+
+        async def count(js: Any) -> int:
+            return (await js.stream_info(self.stream)).state.messages
+
+        return _on_nats(self.nats_url, count)
+
     def stream_records(self) -> list[tuple[str, float]]:
         """(Nats-Msg-Id, stored at) of every message under the bench's subject prefix."""
         import nats.errors

@@ -4,7 +4,8 @@ Run as its own process (`python bench/receiver.py`); it prints its port on the f
 stdout and serves on 127.0.0.1 until SIGTERM. For every POST it records the `webhook-id`
 header and the receive time (`time.time()`, taken once the whole body has been read);
 `GET /records` answers `{"records": [[webhook-id, receive time], ...]}` in arrival order,
-every try included (a redelivery appears twice: the bench keeps the first).
+every try included (a redelivery appears twice: the bench keeps the first); `GET /count`,
+`{"count": n}`, how many there are (a cheap look while the bench waits).
 It does not check signatures: it stands for a receiver's transport, not its work.
 """
 
@@ -41,11 +42,11 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def do_GET(self) -> None:
-        if self.path != "/records":
+        if self.path not in ("/records", "/count"):
             self.send_error(404)
             return
         with LOCK:
-            body = json.dumps({"records": RECORDS}).encode()
+            body = json.dumps({"records": RECORDS} if self.path == "/records" else {"count": len(RECORDS)}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

@@ -427,7 +427,7 @@ class Run:
                     delivery.start_receivers()
                     delivery.make_stream()
                     result = peers.celery_same_work(
-                        count=self.sizes["celery_drain"],
+                        count=self.sizes["drain"],  # the agent's burst
                         url=self.target_url,
                         delivery=delivery,
                         worker=worker,
