@@ -402,6 +402,17 @@ def delivery_figures(created: dict[str, float], records: dict[str, list[tuple[st
     }
 
 
+def _receiver_says(url: str, what: str) -> Any:
+    """`GET <url>/<what>` of a receiver (bench/receiver.py): its answer's `what`."""
+    import requests
+
+    with requests.Session() as session:
+        session.trust_env = False
+        answer = session.get(f"{url}/{what}", timeout=30)
+        answer.raise_for_status()
+        return answer.json()[what]
+
+
 class Delivery:
     """The event delivery rows: two webhook receivers (bench/receiver.py, a process each) and,
     when NATS answers, a throwaway JetStream stream; the subscriptions of the drain's tenant,
@@ -546,23 +557,11 @@ class Delivery:
         )
 
     def webhook_records(self, url: str) -> list[tuple[str, float]]:
-        import requests
-
-        with requests.Session() as session:
-            session.trust_env = False
-            answer = session.get(f"{url}/records", timeout=30)
-            answer.raise_for_status()
-            return [(event_id, at) for event_id, at in answer.json()["records"]]
+        return [(event_id, at) for event_id, at in _receiver_says(url, "records")]
 
     def webhook_count(self, url: str) -> int:
         """How many requests the receiver at `url` has recorded, tries included."""
-        import requests
-
-        with requests.Session() as session:
-            session.trust_env = False
-            answer = session.get(f"{url}/count", timeout=30)
-            answer.raise_for_status()
-            return int(answer.json()["count"])
+        return int(_receiver_says(url, "count"))
 
     def stream_count(self) -> int:
         """How many messages the bench's stream holds."""

@@ -144,17 +144,23 @@ class Children:
             self.stop(child, timeout=10)
 
 
-def group_pids(pgid: int) -> list[int]:
-    """Live processes of one process group (a child we started with its own session)."""
+def _pids(match: Callable[[Path], bool]) -> list[int]:
+    """The live processes of this machine (Linux /proc) whose /proc entry `match`es; one that
+    goes away while it is looked at is left out."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.getpgid(int(entry.name)) == pgid:
+                if match(entry):
                     pids.append(int(entry.name))
-            except (ProcessLookupError, PermissionError):
+            except OSError:  # ProcessLookupError and PermissionError among them
                 continue
     return pids
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of one process group (a child we started with its own session)."""
+    return _pids(lambda entry: os.getpgid(int(entry.name)) == pgid)
 
 
 def pid_holding(pgid: int, path_prefix: str) -> int | None:
@@ -173,16 +179,8 @@ def pid_holding(pgid: int, path_prefix: str) -> int | None:
 
 
 def pids_named(name: str) -> list[int]:
-    """The processes of this machine whose command name is `name` (Linux /proc)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if (entry / "comm").read_text().strip() == name:
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
+    """The processes of this machine whose command name is `name`."""
+    return _pids(lambda entry: (entry / "comm").read_text().strip() == name)
 
 
 def cpu_seconds(pids: list[int]) -> float:

@@ -58,9 +58,9 @@ CPU_PER_DRAINED_CALL_MS = 3.9
 # The POST target against its floor (bench/floor.py), both measured in the same run.
 POST_FLOOR_SHARE = 0.60
 POST_RATE = 300
+POST_RATE_FLOOR_ABOVE = 500
 # The Celery worker's processes for the same work as the agent's burst (bench/peer_work.py).
 SAME_WORK_CONCURRENCY = 8
-POST_RATE_FLOOR_ABOVE = 500
 
 FULL = {
     "lateness": 1000,
