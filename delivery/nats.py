@@ -293,6 +293,14 @@ class JetStreamPublisher:
         # The acks have their own timeout each: the batch's bound leaves them room to fail one by one.
         return self._call(self._publish_many(messages), timeout_s=2 * self._timeout_s) if messages else []
 
+    def payload_limit(self, msg_id: str) -> int:
+        """The most payload bytes a message with this Nats-Msg-Id may carry: the server's
+        max_payload (as it announced it on connecting; nats-py's 1 MiB default before) less
+        its header (see `_over_max_payload`)."""
+        nc = self._nc
+        max_payload = nc.max_payload if nc is not None and nc.max_payload else 1024 * 1024
+        return max_payload - _HEADER_BYTES - len(msg_id)
+
     def close(self) -> None:
         """Drain the connection and stop the loop thread; later calls raise JetStreamError."""
         with self._lock:

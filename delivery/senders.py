@@ -16,6 +16,7 @@ from standardwebhooks.webhooks import Webhook
 
 from core.ids import utcnow
 from core.secrets import SecretUnavailable, unseal_value
+from delivery.envelopes import WEBHOOK_MAX_BODY_BYTES, body_within
 from delivery.models import Subscription
 from delivery.services import ClaimedNotification, SendResult
 from execution.aio import sender
@@ -67,7 +68,8 @@ def webhook_request(notification: ClaimedNotification, started: datetime) -> Htt
     """The signed POST of one webhook try, or its failed result when no secret can sign it
     (a sealing key gone)."""
     subscription = notification.subscription
-    body = notification.body
+    # Cut to fit before signing: the signature covers exactly the bytes sent.
+    body = body_within(notification.envelope, notification.body, limit=WEBHOOK_MAX_BODY_BYTES)
     msg_id = str(notification.envelope["id"])
     try:
         signature = webhook_signature(subscription, msg_id=msg_id, at=started, body=body)
@@ -168,6 +170,10 @@ def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendRes
     if not settings.NATS_URL:
         return [SendResult(succeeded=False, started_at=started, error="NATS_URL is not set") for _ in notifications]
     results: list[SendResult | None] = [None] * len(notifications)
+    try:
+        publisher = nats_publisher()
+    except Exception as exc:  # the connection, not one message: each of them failed with it
+        return [_failed(started, exc) for _ in notifications]
     messages, sent = [], []
     for index, notification in enumerate(notifications):
         # Each message made on its own: one that cannot be (a template, an envelope without an
@@ -177,11 +183,10 @@ def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendRes
             msg_id = str(notification.envelope["id"])
             if not valid_msg_id(msg_id):
                 raise ValueError(f"invalid event id {msg_id!r} for a Nats-Msg-Id")
-            message = (
-                subject_for(template, notification.envelope),
-                notification.body.encode(),
-                msg_id,
-            )
+            # An envelope over the server's max_payload is cut to fit (delivery/envelopes.py):
+            # sent whole, it would fail every try and hold back the call's later events.
+            body = body_within(notification.envelope, notification.body, limit=publisher.payload_limit(msg_id))
+            message = (subject_for(template, notification.envelope), body.encode(), msg_id)
         except Exception as exc:
             results[index] = _failed(started, exc)
             continue
@@ -189,7 +194,7 @@ def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendRes
         sent.append(index)
     began = time.monotonic()
     try:
-        acks: list[Any] = nats_publisher().publish_many(messages) if messages else []
+        acks: list[Any] = publisher.publish_many(messages) if messages else []
     except Exception as exc:  # the connection, not one message: each of them failed with it
         acks = [exc] * len(messages)
     latency_ms = int((time.monotonic() - began) * 1000)

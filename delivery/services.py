@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import functools
-import json
 import logging
 import random
 import secrets
@@ -30,13 +29,14 @@ from core.db import (
     sql_query,
     sql_update_returning,
 )
-from core.errors import NotFound, ValidationFailed
-from core.fields import on_fresh_stack
+from core.errors import Conflict, NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
+from delivery.envelopes import event_body
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.validation import SubscriptionInput
 from tenants.models import Tenant
+from tenants.selectors import tenant_ceilings_get
 
 logger = logging.getLogger("serviceagent.delivery")
 
@@ -77,17 +77,18 @@ def new_webhook_secret() -> str:
 
 def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tuple[Subscription, str | None]:
     """A subscription (webhook: with a new secret, returned once and stored sealed). A tenant has
-    at most MAX_SUBSCRIPTIONS_PER_TENANT; operator-wide ones are not limited."""
+    at most its `subscriptions` ceiling (Conflict past it); operator-wide ones are not limited."""
     now = utcnow()
     secret = new_webhook_secret() if data.kind == Subscription.Kind.WEBHOOK else None
     with transaction.atomic():
         if tenant_id is not None:
             # The tenant's row, locked: two creates never both take the last place.
             list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
-            limit = settings.MAX_SUBSCRIPTIONS_PER_TENANT
+            limit = tenant_ceilings_get(tenant_id=tenant_id).subscriptions
             if Subscription.objects.filter(tenant_id=tenant_id).count() >= limit:
-                raise ValidationFailed(
-                    {"body": [f"A tenant may have at most {limit} subscriptions (MAX_SUBSCRIPTIONS_PER_TENANT)."]}
+                raise Conflict(
+                    f"This tenant has its {limit} subscriptions, the operator's ceiling (docs/flow-control.md, "
+                    "\"Operator ceilings\"): delete one first."
                 )
         subscription = Subscription.objects.create(
             subscription_id=new_id(),
@@ -457,14 +458,6 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
             )
         )
     return handed
-
-
-def event_body(envelope: dict[str, Any]) -> str:
-    """What a subscriber gets of an event: its envelope as compact JSON (a webhook's POST body,
-    signed exactly as sent; a NATS message's data). An envelope nested near the decoder's limit
-    (core/fields.py) is dumped on a fresh thread's stack should the caller's be too deep: its
-    claim must not fail for it."""
-    return on_fresh_stack(json.dumps, envelope, separators=(",", ":"))
 
 
 def _existing(claimed: list[ClaimedNotification]) -> list[ClaimedNotification]:

@@ -8,6 +8,7 @@ so no real stream is ever touched.
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import shutil
 import socket
@@ -485,12 +486,18 @@ NATS_SERVER = shutil.which("nats-server") or shutil.which("nats-server", path="/
 class PrivateNats:
     """A nats-server of this test's own on a free port, to stop and start at will."""
 
-    def __init__(self, store: str) -> None:
+    def __init__(self, store: str, *, max_payload: int | None = None) -> None:
         self.port, self.store = free_port(), store
+        self.max_payload = max_payload
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
         command = [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", self.store]
+        if self.max_payload is not None:  # no command-line flag for it: a config file
+            config = f"{self.store}/nats.conf"
+            with open(config, "w") as file:
+                file.write(f"max_payload: {self.max_payload}\n")
+            command += ["-c", config]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for(lambda: _listening(self.port), timeout=10)
 
@@ -679,3 +686,104 @@ def test_a_publisher_whose_stream_cannot_be_ensured_is_closed_not_left_behind(se
     wait_for(
         lambda: {t for t in threading.enumerate() if t.name == "nats-publisher" and t.is_alive()} <= before, timeout=5
     )
+
+
+def _call_events_through_the_loop(subscription, *, headers: dict[str, str]):
+    """A call with these headers, its Submitted and Scheduled events tried by the delivery loop
+    (the second waits behind the first); (the call, its notifications re-read)."""
+    from delivery.models import Notification
+    from delivery.runner import Deliverer
+    from outbox.dispatcher import dispatch_batch
+    from tests.support.factories import make_call
+
+    call = make_call("acme", headers=headers, due_in=3600)
+    dispatch_batch()
+    deliverer = Deliverer(concurrency=8, batch_size=8, per_subscription=8)
+    try:
+        for _ in range(2):
+            deliverer.step()
+            wait_for(lambda: deliverer.results.qsize() >= 1, timeout=10)
+            deliverer.record_ready()
+    finally:
+        deliverer.stop(timeout=5)
+    return call, list(Notification.objects.filter(subscription=subscription).order_by("event_seq"))
+
+
+def _delivered_both(rows) -> bool:
+    from delivery.models import Notification
+
+    return [(n.event_type, n.state) for n in rows] == [
+        ("ServiceCallSubmitted", Notification.State.SUCCEEDED),
+        ("ServiceCallScheduled", Notification.State.SUCCEEDED),
+    ]
+
+
+@pytest.mark.nats
+def test_an_event_of_accented_header_values_goes_to_nats_whole_as_utf8(
+    transactional_db, world, settings, stream, own_publisher
+):
+    """31 header values of 8 KiB of "é": 0.5 MB as UTF-8, 1.5 MB ASCII-escaped, which was over
+    NATS's max_payload and held back the call's later events for the whole retry schedule."""
+    from delivery.senders import nats_publisher
+    from delivery.services import subscription_create
+    from delivery.validation import SubscriptionInput
+
+    settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name
+    template = f"serviceagent.{stream.prefix}.{{tenantId}}.{{type}}"
+    subscription, _ = subscription_create(
+        tenant_id="acme", data=SubscriptionInput(kind="nats", name="n", subject_template=template)
+    )
+    try:
+        nats_publisher()
+    except JetStreamError as error:
+        if "overlap" not in str(error):
+            raise
+        pytest.skip(f"another stream already takes serviceagent.> on this NATS: {error}")
+    headers = {f"X-Accented-{n}": "é" * 8192 for n in range(31)}
+    _, rows = _call_events_through_the_loop(subscription, headers=headers)
+
+    assert _delivered_both(rows), [(n.event_type, n.state, n.last_error) for n in rows]
+    received = run_js(lambda js: _messages(js, stream.name, stream.prefix))
+    submitted = next(msg for msg in received if msg.subject.endswith(".ServiceCallSubmitted"))
+    assert "é" * 8192 in submitted.data.decode()  # UTF-8, not \u00e9 escapes
+    envelope = json.loads(submitted.data)
+    assert "payloadTruncated" not in envelope
+    assert envelope["payload"]["requestSpec"]["headers"] == headers
+
+
+@pytest.mark.skipif(NATS_SERVER is None, reason="needs the nats-server binary (Debian package nats-server)")
+def test_an_event_over_the_servers_max_payload_is_delivered_cut_and_the_calls_later_events_follow(
+    transactional_db, world, settings, tmp_path, own_publisher
+):
+    """On a server whose max_payload is 256 KiB, the same call's ServiceCallSubmitted is still
+    delivered: its payload cut to fit, marked, with the call's API URL to read the rest; the
+    call's later event, which waits behind it, follows."""
+    from delivery.senders import nats_publisher
+    from delivery.services import subscription_create
+    from delivery.validation import SubscriptionInput
+
+    server = PrivateNats(str(tmp_path), max_payload=256 * 1024)
+    server.start()
+    try:
+        settings.NATS_URL = f"nats://127.0.0.1:{server.port}"
+        settings.AGENT_BASE_URL = "http://agent.example"
+        subscription, _ = subscription_create(tenant_id="acme", data=SubscriptionInput(kind="nats", name="n"))
+        headers = {f"X-Accented-{n}": "é" * 8192 for n in range(31)}
+        call, rows = _call_events_through_the_loop(subscription, headers=headers)
+
+        assert _delivered_both(rows), [(n.event_type, n.state, n.last_error) for n in rows]
+        assert nats_publisher()._nc.max_payload == 256 * 1024
+        received = run_js(lambda js: _messages(js, settings.NATS_STREAM, "acme"), url=settings.NATS_URL, timeout=20)
+    finally:
+        server.stop()
+    by_type = {msg.subject.rsplit(".", 1)[1]: msg for msg in received}
+    submitted = by_type["ServiceCallSubmitted"]
+    assert len(submitted.data) <= 256 * 1024
+    envelope = json.loads(submitted.data)
+    assert envelope["payloadTruncated"] is True
+    assert envelope["callUrl"] == f"http://agent.example/api/tenants/acme/service-calls/{call.pk}"
+    assert envelope["payload"]["serviceCallId"] == str(call.pk)
+    cut = envelope["payload"]["requestSpec"]["headers"]
+    assert set(cut) == set(headers)  # its shape is kept, its values cut
+    assert all(0 < len(value) < 8192 and set(value) == {"é"} for value in cut.values())
+    assert "payloadTruncated" not in json.loads(by_type["ServiceCallScheduled"].data)

@@ -339,3 +339,60 @@ def test_an_envelope_nested_near_the_limit_is_claimed_from_a_deep_stack_with_its
     [claimed] = from_deep_stack(60)
     assert claimed.pk == notification.pk
     assert claimed.body == stored
+
+
+def _submitted_through_the_loop(subscription: Subscription, *, headers: dict[str, str]) -> list[Notification]:
+    """A call with these headers, its events fanned out and tried by the delivery loop until its
+    ServiceCallSubmitted has settled."""
+    from delivery.runner import Deliverer
+    from outbox.dispatcher import dispatch_batch
+
+    make_call("acme", headers=headers, due_in=3600)
+    dispatch_batch()
+    deliverer = Deliverer(concurrency=4, batch_size=4)
+    try:
+        deliverer.step()
+        wait_for(lambda: deliverer.results.qsize() >= 1, timeout=10)
+        deliverer.record_ready()
+    finally:
+        deliverer.stop(timeout=5)
+    return notifications(subscription)
+
+
+def test_an_envelope_goes_as_utf8_json_signed_over_the_exact_bytes_sent(transactional_db, world):
+    headers = {f"X-Accented-{n}": "é" * 8192 for n in range(31)}
+    with receiving() as receiver:
+        subscription, secret = webhook(receiver.url("/ok"), event_types=("ServiceCallSubmitted",))
+        receiver.secrets.append(secret)
+        [row] = _submitted_through_the_loop(subscription, headers=headers)
+    assert row.state == Notification.State.SUCCEEDED
+    [request] = receiver.at("/ok")
+    assert request.verified_with == [secret]
+    assert ("é" * 8192).encode() in request.body and b"\\u00e9" not in request.body
+    assert len(request.body) < 600_000  # ASCII-escaped, it was 1.5 MB
+    assert json.loads(request.body)["payload"]["requestSpec"]["headers"] == headers
+
+
+def test_an_envelope_over_the_webhook_limit_is_cut_to_fit_and_still_verifies(transactional_db, world, monkeypatch):
+    from delivery import senders
+
+    monkeypatch.setattr(senders, "WEBHOOK_MAX_BODY_BYTES", 64 * 1024)
+    headers = {f"X-Accented-{n}": "é" * 8192 for n in range(31)}
+    with receiving() as receiver:
+        subscription, secret = webhook(receiver.url("/ok"), event_types=("ServiceCallSubmitted",))
+        receiver.secrets.append(secret)
+        [row] = _submitted_through_the_loop(subscription, headers=headers)
+    assert row.state == Notification.State.SUCCEEDED
+    [request] = receiver.at("/ok")
+    assert request.verified_with == [secret]
+    assert len(request.body) <= 64 * 1024
+    envelope = json.loads(request.body)
+    assert envelope["payloadTruncated"] is True
+    assert envelope["callUrl"].endswith(f"/api/tenants/acme/service-calls/{row.aggregate_id}")
+    assert set(envelope["payload"]["requestSpec"]["headers"]) == set(headers)
+
+
+def test_a_lone_surrogate_in_an_envelope_is_escaped_not_a_body_that_cannot_be_sent():
+    envelope = {"id": "evt_1", "payload": {"value": "a\ud800b é"}}
+    body = event_body(envelope)
+    assert body.encode() and json.loads(body) == envelope
