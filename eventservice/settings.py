@@ -324,6 +324,12 @@ TIMER_POLL_INTERVAL_MS = env_int("TIMER_POLL_INTERVAL_MS", 20, minimum=1, maximu
 TIMER_HORIZON_MS = env_int("TIMER_HORIZON_MS", 5_000, minimum=100)
 TIMER_BATCH_SIZE = env_int("TIMER_BATCH_SIZE", 500, minimum=1)
 EXECUTION_CONCURRENCY = env_int("EXECUTION_CONCURRENCY", 48, minimum=1, maximum=1024)
+# Threads of one worker process's pool that one tenant may hold (docs/flow-control.md, "Fair
+# shares"): a tenant with slow targets always leaves the rest to the others. Default: three
+# quarters of the pool.
+EXECUTION_PER_TENANT = env_int(
+    "EXECUTION_PER_TENANT", max(1, (3 * EXECUTION_CONCURRENCY + 3) // 4), minimum=1, maximum=EXECUTION_CONCURRENCY
+)
 OUTBOX_POLL_INTERVAL_MS = env_int("OUTBOX_POLL_INTERVAL_MS", 50, minimum=1)
 OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500, minimum=1)
 WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", 2, minimum=1)

@@ -67,37 +67,54 @@ def startable_due(due_before: datetime) -> QuerySet[ServiceCall]:
     )
 
 
-def service_calls_overdue_exist(*, due_before: datetime, exclude: Collection[uuid.UUID] = ()) -> bool:
-    """Whether such a call exists (but those in `exclude`): the workers' cheap look (a read, an
-    index probe) before they take the write lock to start the due backlog.
+def service_calls_overdue_exist(
+    *, due_before: datetime, exclude: Collection[uuid.UUID] = (), exclude_tenants: Collection[str] = ()
+) -> bool:
+    """Whether such a call exists (but those in `exclude`, and those of `exclude_tenants`, which
+    have used their share of the worker's threads): the workers' cheap look (a read, an index
+    probe) before they take the write lock to start the due backlog.
 
-    What `startable_due(due_before).exclude(pk__in=exclude).exists()` runs, but written once
-    per process: every worker process looks every 20 ms, and the ORM's compilation of the
-    query cost more than the index probe."""
-    not_excluded = f" AND NOT ({{c.service_call_id}} IN ({', '.join(['%s'] * len(exclude))}))" if exclude else ""
+    What `startable_due(due_before).exclude(pk__in=exclude).exclude(tenant_id__in=
+    exclude_tenants).exists()` runs, but written once per process: every worker process looks
+    every 20 ms, and the ORM's compilation of the query cost more than the index probe."""
+    not_excluded = _not_excluded(exclude, exclude_tenants)
     return bool(
         sql_query(
             "SELECT 1 FROM {c} WHERE {c.status} = %s AND {c.due_at} <= %s AND {c.held_since} IS NULL"
             + not_excluded
             + " LIMIT 1",
-            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude],
+            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude, *exclude_tenants],
             c=ServiceCall,
         )
     )
 
 
+def _not_excluded(exclude: Collection[uuid.UUID], exclude_tenants: Collection[str]) -> str:
+    """The backlog's conditions for calls set aside and tenants without a free thread."""
+    sql = f" AND NOT ({{c.service_call_id}} IN ({', '.join(['%s'] * len(exclude))}))" if exclude else ""
+    if exclude_tenants:
+        sql += f" AND NOT ({{c.tenant_id}} IN ({', '.join(['%s'] * len(exclude_tenants))}))"
+    return sql
+
+
 def service_calls_overdue(
-    *, due_before: datetime, limit: int, exclude: Collection[uuid.UUID] = (), lock: bool = False
+    *,
+    due_before: datetime,
+    limit: int,
+    exclude: Collection[uuid.UUID] = (),
+    exclude_tenants: Collection[str] = (),
+    lock: bool = False,
 ) -> list[tuple[str, uuid.UUID]]:
     """(tenant_id, service_call_id) of such calls, oldest due first. With `lock`, inside the
     caller's transaction, the rows are locked for their start, skipping those another
     transaction holds (PostgreSQL; on SQLite the write transaction keeps other writers out).
 
-    What `startable_due(due_before).exclude(pk__in=exclude).order_by("due_at")[:limit]` (with
-    `.select_for_update(skip_locked=True)`) runs, written once per process: the backlog loops
-    run it inside the start's write transaction, for every chunk of a burst."""
-    exclude = list(exclude)
-    not_excluded = f" AND NOT ({{c.service_call_id}} IN ({', '.join(['%s'] * len(exclude))}))" if exclude else ""
+    What `startable_due(due_before).exclude(pk__in=exclude).exclude(tenant_id__in=
+    exclude_tenants).order_by("due_at")[:limit]` (with `.select_for_update(skip_locked=True)`)
+    runs, written once per process: the backlog loops run it inside the start's write
+    transaction, for every chunk of a burst."""
+    exclude, exclude_tenants = list(exclude), list(exclude_tenants)
+    not_excluded = _not_excluded(exclude, exclude_tenants)
     locked = " FOR UPDATE SKIP LOCKED" if lock and connection.features.has_select_for_update_skip_locked else ""
     return [
         (tenant_id, db_uuid(pk))
@@ -107,7 +124,7 @@ def service_calls_overdue(
             + not_excluded
             + " ORDER BY {c.due_at} LIMIT %s"
             + locked,
-            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude, limit],
+            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude, *exclude_tenants, limit],
             c=ServiceCall,
         )
     ]

@@ -12,9 +12,10 @@ import hmac
 import json
 import logging
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -22,6 +23,7 @@ from django.db import IntegrityError, transaction
 
 from core.db import PreparedInsert, group_commit, insert_prepare, insert_rows_prepare, rows_by_key, update_many
 from core.errors import Conflict, NotFound
+from core.fairness import round_robin
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
 from execution.outcomes import ErrorKind, Outcome
@@ -39,6 +41,9 @@ from timer.services import timer_rearm, timer_register, timers_discard
 logger = logging.getLogger(__name__)
 
 EVENT_BODY_SNIPPET = 1024
+# The backlog's start with fair shares looks at this many times as many of the oldest due calls
+# as it may start, so that a tenant with a long backlog does not hide the others' in one look.
+FAIR_CANDIDATES = 4
 
 
 @dataclass(frozen=True)
@@ -314,24 +319,39 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
 
 
 def service_calls_start_overdue(
-    *, due_before: datetime, limit: int, exclude: Collection[uuid.UUID] = ()
+    *,
+    due_before: datetime,
+    limit: int,
+    exclude: Collection[uuid.UUID] = (),
+    exclude_tenants: Collection[str] = (),
+    take_slot: Callable[[str], bool] | None = None,
 ) -> list[StartedCall]:
     """Start up to `limit` Scheduled calls due before `due_before`, oldest due first, that flow
     control does not hold (its flow loop starts those): the due backlog a timer did not start
     in time, or left for whichever worker has room (docs/architecture.md, "Every worker
     process executes"). Chosen inside the start's transaction (under SQLite's write lock, or
     skipping rows another worker has locked on PostgreSQL), so two workers never pick the same
-    call. `exclude`: calls the caller has set aside (their start failed)."""
+    call. `exclude`: calls the caller has set aside (their start failed).
+
+    With `take_slot` (the worker's fair shares, docs/flow-control.md), the tenants take turns:
+    of the oldest due calls (a few per place, none of `exclude_tenants`), each tenant's first,
+    then each one's second..., as long as `take_slot(tenant_id)` gives it a thread."""
     if limit <= 0:
         return []
     # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
     # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
     with transaction.atomic(savepoint=False):
         now = utcnow()
-        keys = [
-            pk
-            for _, pk in service_calls_overdue(due_before=min(now, due_before), limit=limit, exclude=exclude, lock=True)
-        ]
+        candidates = service_calls_overdue(
+            due_before=min(now, due_before),
+            limit=limit if take_slot is None else limit * FAIR_CANDIDATES,
+            exclude=exclude,
+            exclude_tenants=exclude_tenants,
+            lock=True,
+        )
+        if take_slot is not None:
+            candidates = [c for c in round_robin(candidates, key=itemgetter(0)) if take_slot(c[0])][:limit]
+        keys = [pk for _, pk in candidates]
         # Locked above (or under SQLite's write lock): read by key, in due order.
         rows = {row.service_call_id: row for row in rows_by_key(ServiceCall, keys=keys, fields=_START_FIELDS)}
         return _start_rows([rows[pk] for pk in keys if pk in rows], now=now)

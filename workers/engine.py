@@ -26,16 +26,19 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
 from functools import partial
+from operator import attrgetter
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 
 from core.db import ChangeWatch, urgent_writes
+from core.fairness import round_robin
 from core.ids import utcnow
 from delivery.fanout import NotificationSink
 from delivery.runner import Deliverer
@@ -56,8 +59,11 @@ from workers.flow import FlowLoop
 from workers.keeper import SessionKeeper
 from workers.pipeline import record, run_attempt, start_and_claim, start_and_claim_overdue
 from workers.services import RunRecorder, runs_delete_older_than
+from workers.shares import FairShares
 
 logger = logging.getLogger("serviceagent.engine")
+
+tenant_of = attrgetter("tenant_id")
 
 # The GIL switch interval in the engine's process (see Engine.start).
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -87,10 +93,12 @@ SET_ASIDE_SECONDS = 60.0
 
 
 class Reservation:
-    """Free threads of the pool taken for one claim (Engine.reserve)."""
+    """Free threads of the pool taken for one claim (Engine.reserve), and how many of them each
+    tenant was given so far (Engine.take_slot)."""
 
     def __init__(self, size: int) -> None:
         self.size = size
+        self.tenants: Counter[str] = Counter()
 
     def __bool__(self) -> bool:
         return self.size > 0
@@ -218,6 +226,8 @@ class Engine:
         self.results: queue.Queue[tuple[Attempt, Outcome]] = queue.Queue()
         self.in_flight = 0
         self._in_flight_lock = threading.Lock()
+        # The pool's threads shared among tenants (docs/flow-control.md, "Fair shares").
+        self.shares = FairShares(size=self.concurrency, per_tenant=settings.EXECUTION_PER_TENANT)
         self.threads: list[threading.Thread] = []
         self.gate = WriteGate()
         self.scheduler = NearTermScheduler(
@@ -341,18 +351,46 @@ class Engine:
         pool has room for: the rest stays Scheduled and due, and the backlog loops of every
         engine start it as their pools have room.
         """
-        keys = [CallKey(t.tenant_id, t.service_call_id) for t in timers]
-        first = 0
-        while first < len(keys):
-            with self.reserve(min(START_CHUNK, len(keys) - first)) as room:
+        pending = round_robin([CallKey(t.tenant_id, t.service_call_id) for t in timers], key=tenant_of)
+        while pending:
+            with self.reserve(min(START_CHUNK, len(pending))) as room:
                 if not room:
                     self._room.set()  # this process's backlog loop takes over when room frees
                     return
-                chunk = keys[first : first + room.size]
-                first += len(chunk)
-                with self.gate.urgent():
-                    attempts = start_and_claim(chunk, worker_id=self.session_id)
-                self.execute(attempts, room=room)
+                chunk, pending = self._admitted(pending, room)
+                if chunk:
+                    with self.gate.urgent():
+                        attempts = start_and_claim(chunk, worker_id=self.session_id)
+                    self.execute(attempts, room=room)
+
+    def _admitted(self, keys: Sequence[CallKey], room: Reservation) -> tuple[list[CallKey], list[CallKey]]:
+        """Of `keys`, those whose tenants get a thread of `room` (in their order), and those left
+        once it is full. A call whose tenant has used its share stays Scheduled and due: the
+        backlog loops start it once its tenant has room again."""
+        chunk = []
+        for n, key in enumerate(keys):
+            if len(chunk) == room.size:
+                return chunk, list(keys[n:])
+            if self.take_slot(room, key.tenant_id):
+                chunk.append(key)
+        return chunk, []
+
+    def take_slot(self, room: Reservation, tenant_id: str) -> bool:
+        """One thread of `room` for a call of `tenant_id`, if its fair share allows it now."""
+        with self._in_flight_lock:
+            unassigned = room.size - room.tenants.total()
+            # Free for the shares: the threads nobody holds or reserved, and this room's own.
+            free = self.concurrency - self.in_flight + unassigned
+            if unassigned <= 0 or not self.shares.room_for(tenant_id, free):
+                return False
+            room.tenants[tenant_id] += 1
+            self.shares.take(tenant_id)
+            return True
+
+    def _full_tenants(self) -> list[str]:
+        """The tenants that may take no free thread of this pool now (docs/flow-control.md)."""
+        with self._in_flight_lock:
+            return self.shares.full(self.concurrency - self.in_flight)
 
     def room(self) -> int:
         """Attempts the pool can start at once."""
@@ -375,6 +413,8 @@ class Engine:
             if room.size:
                 with self._in_flight_lock:
                     self.in_flight -= room.size
+                    for tenant_id, count in (+room.tenants).items():  # admitted, never started
+                        self.shares.give_back(tenant_id, count)
 
     def _backlog_loop(self) -> None:
         """Start the due calls nobody has started, as this process's pool has room: a burst
@@ -394,14 +434,21 @@ class Engine:
                     del self._set_aside[pk]
             due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
             free = self.room()
+            full = self._full_tenants() if free else []
             if free and watch.read(
-                partial(service_calls_overdue_exist, due_before=due_before, exclude=list(self._set_aside)), empty=False
+                partial(
+                    service_calls_overdue_exist,
+                    due_before=due_before,
+                    exclude=list(self._set_aside),
+                    exclude_tenants=full,
+                ),
+                empty=False,
             ):
                 at_least = self._min_claim if now - last_claim < BACKLOG_MAX_WAIT_SECONDS else 1
                 with self.reserve(START_CHUNK, at_least=at_least) as room:
                     if room:
                         last_claim = now
-                        started = self._start_overdue(due_before, room)
+                        started = self._start_overdue(due_before, room, full)
                         if started:
                             self._record_run("backlog", started=now, items=started)
                             continue
@@ -412,20 +459,29 @@ class Engine:
                 self._room.clear()  # (a wake that comes after this stays set for the next wait)
                 watch.forget()
 
-    def _start_overdue(self, due_before, room: Reservation) -> int:
+    def _start_overdue(self, due_before, room: Reservation, full: list[str]) -> int:
         exclude = list(self._set_aside)
         try:
             with self.gate.slot():
                 attempts = start_and_claim_overdue(
-                    due_before=due_before, limit=room.size, exclude=exclude, worker_id=self.session_id
+                    due_before=due_before,
+                    limit=room.size,
+                    exclude=exclude,
+                    exclude_tenants=full,
+                    take_slot=partial(self.take_slot, room),
+                    worker_id=self.session_id,
                 )
         except Exception as exc:
             logger.exception("starting the due backlog failed; trying its calls one by one")
             self._record_run("backlog", started=time.monotonic(), items=0, error=exc)
             close_old_connections()
             attempts = []
-            for tenant_id, pk in service_calls_overdue(due_before=due_before, limit=room.size, exclude=exclude):
+            for tenant_id, pk in service_calls_overdue(
+                due_before=due_before, limit=room.size, exclude=exclude, exclude_tenants=full
+            ):
                 key = CallKey(tenant_id, pk)
+                if not self.take_slot(room, tenant_id):
+                    continue
                 try:
                     with self.gate.slot():
                         attempts += start_and_claim([key], worker_id=self.session_id)
@@ -444,25 +500,36 @@ class Engine:
         self.flow.run(self.stop_event)
 
     def _start_held(self, keys: list[CallKey]) -> int:
-        """Start held calls (the flow loop): after the timer's starts, never before them."""
-        with self.gate.slot():
-            attempts = start_and_claim(keys, worker_id=self.session_id)
-        self.execute(attempts)
+        """Start held calls (the flow loop): after the timer's starts, never before them, and
+        within their tenant's fair share of the pool (the others stay held for the next look)."""
+        with self.reserve(len(keys)) as room:
+            chunk, _ = self._admitted(keys, room)
+            if not chunk:
+                return 0
+            with self.gate.slot():
+                attempts = start_and_claim(chunk, worker_id=self.session_id)
+            self.execute(attempts, room=room)
         return len(attempts)
 
     def execute(self, attempts: list[Attempt], *, room: Reservation | None = None) -> None:
         """Hand attempts to the pool; with `room`, they take the threads reserved for them."""
         for attempt in attempts:
+            tenant_id = attempt.order.tenant_id
             with self._in_flight_lock:
                 if room is not None and room.size:
                     room.size -= 1  # already counted in flight by the reservation
                 else:
                     self.in_flight += 1
+                if room is not None and room.tenants[tenant_id] > 0:
+                    room.tenants[tenant_id] -= 1  # already held by its tenant (take_slot)
+                else:  # the watchdog's resumed attempts
+                    self.shares.take(tenant_id)
             try:
                 self.pool.submit(self._perform, attempt)
             except RuntimeError:  # pool shut down: the watchdog of the next session resolves it
                 with self._in_flight_lock:
                     self.in_flight -= 1
+                    self.shares.give_back(tenant_id)
 
     def _perform(self, attempt: Attempt) -> None:
         try:
@@ -473,7 +540,10 @@ class Engine:
             with self._in_flight_lock:
                 self.in_flight -= 1
                 room = self.concurrency - self.in_flight
-            if room == self._min_claim:  # just enough room for the backlog loop to claim
+                was_full = self.shares.give_back(attempt.order.tenant_id)
+            # Just enough room for the backlog loop to claim, or a tenant that used its share
+            # has room again for its waiting calls.
+            if room == self._min_claim or was_full:
                 self._room.set()
         self.results.put((attempt, outcome))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 
 from django.db import transaction
@@ -66,12 +66,21 @@ def start_and_claim(keys: Sequence[CallKey], *, worker_id: str) -> list[Attempt]
 
 
 def start_and_claim_overdue(
-    *, due_before: datetime, limit: int, worker_id: str, exclude: Collection[uuid.UUID] = ()
+    *,
+    due_before: datetime,
+    limit: int,
+    worker_id: str,
+    exclude: Collection[uuid.UUID] = (),
+    exclude_tenants: Collection[str] = (),
+    take_slot: Callable[[str], bool] | None = None,
 ) -> list[Attempt]:
-    """Start up to `limit` calls of the due backlog (oldest due first, but those in `exclude`)
-    and claim their attempts, in one transaction, as start_and_claim does."""
+    """Start up to `limit` calls of the due backlog (oldest due first, the tenants taking turns
+    for the threads `take_slot` gives them; but those in `exclude`) and claim their attempts,
+    in one transaction, as start_and_claim does."""
     with transaction.atomic():
-        started = service_calls_start_overdue(due_before=due_before, limit=limit, exclude=exclude)
+        started = service_calls_start_overdue(
+            due_before=due_before, limit=limit, exclude=exclude, exclude_tenants=exclude_tenants, take_slot=take_slot
+        )
         return claim(started, worker_id=worker_id)
 
 
