@@ -95,9 +95,17 @@ def default_port(scheme: str) -> int:
     return 443 if scheme == "https" else 80
 
 
+def header_key(name: str) -> str:
+    """A header name as receivers compare it: case-insensitively, and with "_" and "-" the same
+    (WSGI and CGI servers hand both spellings over as one HTTP_X_SERVICE_CALL_ID, so a
+    receiver sees `X_Service_Call_Id` merged with `X-Service-Call-Id`; docs/security.md,
+    "Header names")."""
+    return name.strip().lower().replace("_", "-")
+
+
 def refused_header(name: str) -> bool:
-    lowered = name.strip().lower()
-    return lowered in REFUSED_HEADERS or lowered.startswith("proxy-")
+    key = header_key(name)
+    return key in REFUSED_HEADERS or key.startswith("proxy-")
 
 
 @lru_cache(maxsize=4096)

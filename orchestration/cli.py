@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from execution.egress import header_key
 from orchestration.validation import MAX_BODY_DEPTH, METHODS
 
 
@@ -34,7 +35,7 @@ def parse_headers(values: list[str]) -> dict[str, str]:
         name, sep, value = raw.partition(":")
         if not sep or not name:
             raise CommandError(f"--header {raw!r} must look like NAME:VALUE, for example 'Accept: application/json'.")
-        if name in headers:
+        if any(header_key(name) == header_key(given) for given in headers):  # as receivers compare names
             raise CommandError(f"--header {name!r} is given twice.")
         headers[name] = value.lstrip(" \t")
     return headers

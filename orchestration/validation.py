@@ -24,7 +24,7 @@ from core.text import INVISIBLE as _INVISIBLE
 from core.text import NOT_VISIBLE as _NOT_VISIBLE
 from core.text import first_of as _first_of
 from core.text import name_problem
-from execution.egress import refused_header
+from execution.egress import header_key, refused_header
 from execution.targets import url_error
 from orchestration.retries import RetryPolicy, policy_errors
 
@@ -377,12 +377,13 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
             seen: set[str] = set()
             for key, value in raw_headers.items():
                 message = header_name_error(key) or header_value_error(key, value)
-                if message is None and key.lower() in seen:
+                # Compared as receivers compare them: X-A and x_a are one header to a WSGI app.
+                if message is None and header_key(key) in seen:
                     message = f"Header {key!r} is given twice."
                 if message is not None:
                     errors.add("requestSpec.headers", message)
                     continue
-                seen.add(key.lower())
+                seen.add(header_key(key))
                 # Surrounding spaces are not part of a field value (RFC 9110 §5.5).
                 headers[key] = value.strip(" \t")
         body = spec.get("body")

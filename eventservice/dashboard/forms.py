@@ -17,6 +17,7 @@ from core.rendering import display_json
 from core.secrets import is_secret_header
 from delivery.models import Subscription
 from delivery.validation import EVENT_TYPES
+from execution.egress import header_key
 from orchestration.retries import MAX_ATTEMPTS, RetryOn
 from orchestration.validation import MAX_BODY_DEPTH, MAX_TIMEOUT_MS, METHODS
 
@@ -297,9 +298,9 @@ class RequestForm(forms.Form):
         for name, value in self.header_rows:
             if not name and value:
                 self.add_error("headers", "A header row has a value but no name.")
-            elif name and name.lower() in seen:
+            elif name and header_key(name) in seen:  # as receivers compare names (validation.py)
                 self.add_error("headers", f"Header {name!r} is given twice.")
-            seen.add(name.lower())
+            seen.add(header_key(name))
         if cleaned.get("body_format") == self.BodyFormat.JSON and (cleaned.get("body") or "").strip():
             try:
                 cleaned["body_value"] = json.loads(cleaned["body"])

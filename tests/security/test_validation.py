@@ -270,6 +270,29 @@ def test_it_refuses_hop_by_hop_and_agent_owned_headers(name):
 
 
 @pytest.mark.parametrize(
+    "name",
+    [
+        "X_Service_Call_Id",
+        "x_service_call_attempt",
+        "X-Service_Call-Id",
+        "Content_Length",
+        "Transfer_Encoding",
+        "Proxy_Authorization",
+    ],
+)
+def test_it_refuses_agent_owned_headers_spelt_with_underscores(name):
+    """WSGI servers fold "_" and "-" alike (both are HTTP_X_SERVICE_CALL_ID): a receiver would
+    merge the tenant's X_Service_Call_Id with the agent's X-Service-Call-Id."""
+    [message] = errors_of(payload(spec={"headers": {name: "v"}}))["requestSpec.headers"]
+    assert "set by the agent" in message
+
+
+def test_it_refuses_a_header_given_twice_as_dash_and_underscore():
+    [message] = errors_of(payload(spec={"headers": {"X-Tenant-Ref": "1", "x_tenant_ref": "2"}}))["requestSpec.headers"]
+    assert "given twice" in message
+
+
+@pytest.mark.parametrize(
     ("value", "fragment"),
     [
         ("a\r\nInjected: yes", "CR, LF or NUL"),
