@@ -382,12 +382,16 @@ class EgressPolicy:
         unknown, so no path-bound rule applies); raises EgressDenied. Returns the address to
         connect to (an IPv4-mapped IPv6 address as the IPv4 address it carries)."""
         ip = ipaddress.ip_address(address) if isinstance(address, str) else address
+        # A refusal names the class of the address, never the address: a tenant reads it (in a
+        # 400, a call's errorMeta, a delivery's lastError) and could otherwise map the names
+        # of the operator's network to its addresses (docs/security.md, "Refusals name no
+        # address").
         if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
-            raise EgressDenied(f"the scoped IPv6 address {ip} is refused")
+            raise EgressDenied("a scoped IPv6 address (with a zone) is refused")
         reason = classify(ip)
         if reason is not None and not self.is_allowed(host, port, ip, path):
             shown = host if parse_ip_literal(host) is None else "the URL"
-            message = f"{shown} points to {_unwrap(ip)}, a {reason} address, not in EGRESS_ALLOWLIST"
+            message = f"{shown} points to {_with_article(reason)} address, not in EGRESS_ALLOWLIST"
             bound = [
                 r.path_prefix
                 for r in self.rules
@@ -442,6 +446,12 @@ class EgressPolicy:
         path = client_path(url=url)
         checked = [self.check_address(host, port, address, path=path) for address in addresses]
         return Target(scheme=parts.scheme, host=host, port=port, address=str(checked[0]))
+
+
+def _with_article(reason: str) -> str:
+    """ "a loopback", "an unspecified", "an IETF protocol assignments", "a unique-local"."""
+    article = "an" if reason[0] in "aeiouAEIOU" and not reason.startswith("uni") else "a"
+    return f"{article} {reason}"
 
 
 def _lookup(resolver: Resolver | None, host: str, port: int) -> list[str]:

@@ -321,7 +321,7 @@ def test_a_refused_url_of_the_agents_mock_target_says_how_to_allow_it(world, def
     result = call("submit_call", *BASE[:-1], "http://127.0.0.1:18751/mock/echo")
     assert result.code == 1
     assert (
-        "  --url: The URL is refused by the egress policy: the URL points to 127.0.0.1, a loopback "
+        "  --url: The URL is refused by the egress policy: the URL points to a loopback "
         "address, not in EGRESS_ALLOWLIST. To call this agent's mock target from this shell, set "
         "AGENT_BASE_URL to the agent's address as scripts/start does "
         "(export AGENT_BASE_URL=http://127.0.0.1:18751)."

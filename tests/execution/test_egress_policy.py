@@ -205,7 +205,7 @@ def test_it_refuses_literal_addresses_without_asking_a_resolver(policy, url):
 
 def test_it_judges_a_name_by_every_address_it_resolves_to(policy):
     policy.resolver = lambda host, port: ["8.8.8.8", "10.0.0.7"]
-    with pytest.raises(EgressDenied, match="10.0.0.7, a private address"):
+    with pytest.raises(EgressDenied, match="split.example points to a private address"):
         policy.resolve("http://split.example/")
     policy.resolver = lambda host, port: ["8.8.8.8", "2606:4700:4700::1111"]
     target = policy.resolve("http://public.example:8080/x")
@@ -358,3 +358,45 @@ def test_a_suffix_rule_opens_names_below_the_domain(settings):
     for host in ["corp.example", "evilcorp.example", "corp.example.evil.test"]:
         with pytest.raises(EgressDenied):
             policy.check_address(host, 443, "10.0.0.5")
+
+
+# --- Refusals name the class of an address, never the address ---------------------------------
+
+
+def test_it_refuses_a_name_resolving_to_loopback_without_echoing_the_address(policy):
+    """`localhost` resolves on this machine (the system's resolver, as attempts use): the
+    refusal says what kind of address it points to, and no address a tenant could map."""
+    from execution.transport import system_resolver
+
+    addresses = system_resolver("localhost", 80)
+    assert addresses  # 127.0.0.1 and/or ::1
+    with pytest.raises(EgressDenied) as refused:
+        policy.resolve("http://localhost/", lookup=system_resolver)
+    message = str(refused.value)
+    assert message == "localhost points to a loopback address, not in EGRESS_ALLOWLIST"
+    assert not any(address in message for address in [*addresses, "127.0.0.1", "::1"])
+
+
+@pytest.mark.parametrize(("address", "reason"), REFUSED)
+def test_it_names_no_resolved_address_in_a_refusal(policy, address, reason):
+    policy.resolver = lambda host, port: [address]
+    with pytest.raises(EgressDenied) as refused:
+        policy.resolve("http://internal.example/")
+    message = str(refused.value)
+    assert message.startswith("internal.example points to a") and f"{reason} address" in message
+    assert address not in message and str(ipaddress.ip_address(address)) not in message
+    assert not any(ch.isdigit() for ch in message.replace("IPv4", "").replace("6to4", "").replace("NAT64", ""))
+
+
+def test_it_names_no_address_for_a_literal_refused_at_the_edge(policy):
+    for url in ("http://0x7f000001/", "http://[::ffff:10.1.2.3]/", "http://169.254.169.254/latest/"):
+        refusal = policy.literal_refusal(url)
+        assert refusal is not None and refusal.startswith("the URL points to a")
+        assert not any(ch.isdigit() for ch in refusal), refusal
+
+
+def test_a_scoped_ipv6_refusal_names_no_address(policy):
+    policy.resolver = lambda host, port: ["fe80::1%2"]
+    with pytest.raises(EgressDenied) as refused:
+        policy.resolve("http://scoped.example/")
+    assert "fe80" not in str(refused.value)
