@@ -12,6 +12,7 @@ from csp.constants import NONCE, NONE, SELF
 from core.env import (
     SettingsError,
     env_bool,
+    env_ceiling,
     env_choice,
     env_duration,
     env_durations,
@@ -278,6 +279,35 @@ API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 5, minimum=0, maximum=3
 API_KEY_FAILURE_LIMIT = env_int("API_KEY_FAILURE_LIMIT", 20, minimum=1)
 API_KEY_FAILURE_WINDOW_SECONDS = env_int("API_KEY_FAILURE_WINDOW_SECONDS", 300, minimum=1, maximum=86_400)
 
+# --- Operator ceilings per tenant (docs/flow-control.md, "Operator ceilings") ----------------------
+# The defaults of every tenant the operator has not given its own (admin, manage.py
+# set_tenant_ceilings); the bounds are tenants.ceilings.BOUNDS. Calls' parallelism and rate
+# have no default ceiling (a call over a limit waits, and tenants share execution slots
+# fairly): empty or `none` keeps it so. The others protect a fresh install and cannot be
+# turned off, only raised.
+CEILING_CALL_PARALLELISM = env_ceiling("CEILING_CALL_PARALLELISM", None, minimum=1, maximum=1000)
+CEILING_CALL_RATE_PER_SECOND = env_ceiling(
+    "CEILING_CALL_RATE_PER_SECOND", None, minimum=0.001, maximum=1000, integer=False
+)
+# Subscriptions a tenant may have (operator-wide ones are not counted): each one multiplies the
+# tenant's events into notifications and deliveries.
+MAX_SUBSCRIPTIONS_PER_TENANT = env_ceiling("MAX_SUBSCRIPTIONS_PER_TENANT", 50, minimum=1, maximum=10_000)
+# Test pings (POST .../subscriptions/{id}/test) a tenant may send a minute: each is a request
+# to an address the tenant chose.
+CEILING_TEST_PINGS_PER_MINUTE = env_ceiling("CEILING_TEST_PINGS_PER_MINUTE", 10, minimum=1, maximum=10_000)
+# Submissions (POST .../service-calls, .../rerun) a second per API key (per login for a session).
+CEILING_SUBMISSIONS_PER_SECOND = env_ceiling("CEILING_SUBMISSIONS_PER_SECOND", 50, minimum=1, maximum=100_000)
+# A call's retries: at most this many attempts, at least this long between two of them
+# (a call's events reach every subscription once per attempt).
+CEILING_MAX_ATTEMPTS = env_ceiling("CEILING_MAX_ATTEMPTS", 10, minimum=1, maximum=20)
+CEILING_MIN_BACKOFF_MS = env_ceiling("CEILING_MIN_BACKOFF_MS", 1000, minimum=100, maximum=86_400_000)
+# Where the request ceilings (submissions, test pings) are counted, so that they hold across web
+# processes and hosts: the database (the `cache_limits` table, made by a migration) unless a
+# Redis URL is given.
+CACHE_URL = env_str("CACHE_URL", "").strip()
+if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise SettingsError("CACHE_URL must be empty (the database) or a redis://, rediss:// or unix:// URL")
+
 # Per-process memory: the API-key failure counts (tenants/authentication.py) need no shared
 # store to bound guessing, and every Bearer request reads them, so a round trip would cost.
 CACHES = {
@@ -287,6 +317,16 @@ CACHES = {
         "LOCATION": "throttle",
         "OPTIONS": {"MAX_ENTRIES": 10_000},
     },
+    # Shared by every web process: the request ceilings (eventservice/api/throttles.py).
+    "limits": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL, "KEY_PREFIX": "limits"}
+        if CACHE_URL
+        else {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "cache_limits",
+            "OPTIONS": {"MAX_ENTRIES": 100_000},
+        }
+    ),
 }
 
 # --- The built-in mock target (/mock/) ----------------------------------------------------------
@@ -402,9 +442,6 @@ DELIVERY_CLAIM_AHEAD = env_int(
 )
 DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
-# Subscriptions a tenant may have (operator-wide ones are not counted): each one multiplies the
-# tenant's events into notifications and deliveries.
-MAX_SUBSCRIPTIONS_PER_TENANT = env_int("MAX_SUBSCRIPTIONS_PER_TENANT", 50, minimum=1)
 # Recurring schedules a tenant may have: each one makes a call per occurrence (docs/schedules.md).
 MAX_SCHEDULES_PER_TENANT = env_int("MAX_SCHEDULES_PER_TENANT", 100, minimum=1)
 # NATS JetStream: with a URL, an operator-wide subscription publishes every event to the stream

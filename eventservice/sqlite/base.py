@@ -117,6 +117,23 @@ def _close(fds: list[int]) -> None:
         os.close(fd)  # lets its flock go: the next writer wakes
 
 
+def _create_private(name: str) -> None:
+    """Create a database file that does not exist yet as mode 600 (as backups are), before
+    SQLite would create it under the process's umask (644, readable by every user of the
+    machine, sealed secrets and API key hashes included; docs/security.md, "Files at rest").
+    SQLite gives its -wal and -shm files the database file's mode, and so does `_open` the
+    lock files. An existing file keeps the mode its operator gave it."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return
+    except OSError:  # a directory that cannot be written: SQLite reports it as it connects
+        return
+    os.close(fd)  # an empty file is an empty database to SQLite
+
+
 def _locked() -> sqlite3.OperationalError:
     return sqlite3.OperationalError("database is locked (by a writer of another process)")
 
@@ -249,6 +266,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
     _turn: threading.Lock | None = None
     # The descriptors of the processes' write turn, while this connection's transaction holds it.
     _writer: list[int] | None = None
+
+    def get_new_connection(self, conn_params):
+        _create_private(str(conn_params.get("database") or self.settings_dict["NAME"]))
+        return super().get_new_connection(conn_params)
 
     def create_cursor(self, name=None):
         return self.connection.cursor(factory=CursorWrapper)

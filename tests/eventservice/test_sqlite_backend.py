@@ -280,3 +280,25 @@ def test_the_cursor_converts_placeholders_once_per_statement_and_long_ones_each_
         # Named parameters keep Django's own conversion.
         cursor.execute("SELECT %(a)s || %(b)s", {"a": "x", "b": "y"})
         assert cursor.fetchone() == ("xy",)
+
+
+def test_it_creates_the_database_and_its_wal_files_readable_by_its_owner_only(tmp_path):
+    """Mode 600 under a umask of 022, like backups: the file holds sealed secrets and key hashes."""
+    import os
+    import stat
+
+    from eventservice.sqlite.base import DatabaseWrapper
+
+    name = tmp_path / "event_service.db"
+    own = DatabaseWrapper({**connection.settings_dict, "NAME": str(name)}, alias="modes")
+    before = os.umask(0o022)
+    try:
+        with own.cursor() as cursor:
+            cursor.execute("CREATE TABLE secrets (value TEXT)")
+            cursor.execute("INSERT INTO secrets VALUES ('sealed')")
+        files = [name, tmp_path / "event_service.db-wal", tmp_path / "event_service.db-shm"]
+        assert all(path.exists() for path in files)
+        assert {path.name: stat.S_IMODE(path.stat().st_mode) for path in files} == {path.name: 0o600 for path in files}
+    finally:
+        os.umask(before)
+        own.close()
