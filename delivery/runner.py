@@ -13,10 +13,11 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
@@ -81,6 +82,7 @@ class Deliverer:
         concurrency: int,
         batch_size: int,
         per_subscription: int | None = None,
+        per_tenant: int | None = None,
         write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
         may_claim: Callable[[], bool] | None = None,
         session: Callable[[], str | None] = lambda: "",
@@ -100,16 +102,23 @@ class Deliverer:
         self.results: queue.Queue[tuple[ClaimedNotification, SendResult]] = queue.Queue()
         self.per_subscription = per_subscription
         self._claim_cap = None if per_subscription is None else self.claim_ahead * per_subscription
+        # A tenant's subscriptions together (docs/events.md, "Fair shares"): eight slow receivers
+        # of one tenant hold its share, never every thread.
+        self.per_tenant = per_tenant
+        self._tenant_claim_cap = None if per_tenant is None else self.claim_ahead * per_tenant
         # Claimed and not recorded yet (waiting to start, being tried, or back and waiting to be
-        # recorded): at most `claim_ahead` times `concurrency`, and per subscription its share.
+        # recorded): at most `claim_ahead` times `concurrency`, and per subscription and per
+        # tenant its share.
         self.in_flight = 0
-        self.in_flight_by_subscription: Counter[uuid.UUID] = Counter()
+        self._claimed = _Held()
         self._lock = threading.Lock()
         # Claimed and not started: each entry one try (a webhook) or one publish batch (a
         # claim's NATS notifications), started in claim order as their subscriptions have room.
         self._waiting = _Waiting()
-        # Tries out per subscription now (a NATS batch counts once for each of its own).
-        self.sending_by_subscription: Counter[uuid.UUID] = Counter()
+        # Tries out per subscription and per tenant now (a NATS batch counts once for each of its
+        # subscriptions).
+        self._sending = _Held()
+        self._tenant_of: dict[uuid.UUID, str | None] = {}  # of the subscriptions met
         self._trying = 0  # tries out now
         self._nats_threads: ThreadPoolExecutor | None = None  # made on the first NATS batch
         self._stopping = False
@@ -124,6 +133,22 @@ class Deliverer:
         # that fans out on the loop's own connection passes 0: every look reads.
         self._due_watch = ChangeWatch(recheck=due_recheck)
         self._unsure_logged_at = -UNSURE_LOG_SECONDS
+
+    @property
+    def in_flight_by_subscription(self) -> Counter[uuid.UUID]:
+        return self._claimed.by_subscription
+
+    @property
+    def in_flight_by_tenant(self) -> Counter[str]:
+        return self._claimed.by_tenant
+
+    @property
+    def sending_by_subscription(self) -> Counter[uuid.UUID]:
+        return self._sending.by_subscription
+
+    @property
+    def sending_by_tenant(self) -> Counter[str]:
+        return self._sending.by_tenant
 
     def step(self) -> int:
         """Record what came back and claim what is due and fits, in one write transaction, then
@@ -147,6 +172,8 @@ class Deliverer:
     def _wait_for_start(self, claimed: list[ClaimedNotification]) -> None:
         """Queue claimed notifications for their tries (lock held): webhooks one try each, a
         claim's NATS notifications one publish batch (delivery/senders.py)."""
+        for notification in claimed:
+            self._tenant_of[notification.subscription_id] = notification.subscription.tenant_id
         nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
         if nats:
             self._waiting.add(nats)
@@ -154,17 +181,17 @@ class Deliverer:
             if notification.subscription.kind != Subscription.Kind.NATS:
                 self._waiting.add([notification])
 
-    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, Counter[uuid.UUID]]:
-        """How many to claim now, and what each subscription has claimed (less `ready`, which is
-        being recorded): the room is held until the claim is made, so that an offer to the
-        fan-out meanwhile sees it taken."""
+    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, _Held]:
+        """How many to claim now, and what each subscription and tenant has claimed (less
+        `ready`, which is being recorded): the room is held until the claim is made, so that an
+        offer to the fan-out meanwhile sees it taken."""
         with self._lock:
             room = self.claim_ahead * self.concurrency - self.in_flight + len(ready)  # the recorded make room
             limit = min(room, self.batch_size) if room > 0 else 0
             self.in_flight += limit
-            busy = Counter(self.in_flight_by_subscription)
-        busy.subtract(n.subscription_id for n, _ in ready)
-        return limit, +busy
+            busy = self._claimed.copy()
+        busy.remove(_place(n) for n, _ in ready)
+        return limit, busy
 
     def offer(self) -> ClaimOffer | None:
         """Room for the notifications a fan-out in this process makes (delivery.services
@@ -182,15 +209,16 @@ class Deliverer:
             self._offers.append(offer)
         return offer
 
-    def _reserve(self, offer: _Offer, subscription_id: uuid.UUID) -> bool:
+    def _reserve(self, offer: _Offer, subscription: Subscription) -> bool:
+        place = (subscription.subscription_id, subscription.tenant_id)
         with self._lock:
             if self._stopping or offer.settled or self.in_flight >= self.claim_ahead * self.concurrency:
                 return False
-            if self._claim_cap is not None and self.in_flight_by_subscription[subscription_id] >= self._claim_cap:
+            if self._claimed.at_cap(place, per_subscription=self._claim_cap, per_tenant=self._tenant_claim_cap):
                 return False
             self.in_flight += 1
-            self.in_flight_by_subscription[subscription_id] += 1
-            offer.reserved[subscription_id] += 1
+            self._claimed.add([place])
+            offer.reserved[place] += 1
             return True
 
     def _take(self, offer: _Offer, claimed: list[ClaimedNotification]) -> None:
@@ -201,9 +229,9 @@ class Deliverer:
         with self._lock:
             if offer.settled:
                 self.in_flight += len(claimed)
-                self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
+                self._claimed.add(_place(n) for n in claimed)
             else:
-                offer.reserved.subtract(n.subscription_id for n in claimed)
+                offer.reserved.subtract(_place(n) for n in claimed)
             self._wait_for_start(claimed)
 
     def offers_done(self) -> None:
@@ -215,8 +243,7 @@ class Deliverer:
                 offer.settled = True
                 left = +offer.reserved
                 self.in_flight -= left.total()
-                self.in_flight_by_subscription.subtract(left)
-            self.in_flight_by_subscription += Counter()  # drop the zeros
+                self._claimed.remove(left.elements())
             self._offers.clear()
         if self._stopping:
             self._give_back_waiting()
@@ -235,8 +262,12 @@ class Deliverer:
             return any(n.lease_until <= latest_start or n.claimed_by != session for n in batch)
 
         def has_room(subscriptions: tuple[uuid.UUID, ...]) -> bool:
-            limit = self.per_subscription
-            return limit is None or all(self.sending_by_subscription[sub] < limit for sub in subscriptions)
+            return not any(
+                self._sending.at_cap(
+                    (sub, self._tenant_of.get(sub)), per_subscription=self.per_subscription, per_tenant=self.per_tenant
+                )
+                for sub in subscriptions
+            )
 
         return self._waiting.take_first(has_room, stale=stale, drop=self._drop)
 
@@ -249,8 +280,7 @@ class Deliverer:
             len(batch),
         )
         self.in_flight -= len(batch)
-        self.in_flight_by_subscription.subtract(n.subscription_id for n in batch)
-        self.in_flight_by_subscription += Counter()  # drop the zeros
+        self._claimed.remove(_place(n) for n in batch)
 
     def _start_tries(self) -> None:
         """Start every waiting try that may start now: within `concurrency` and its
@@ -269,7 +299,7 @@ class Deliverer:
                     if batch is None:
                         break
                     self._trying += 1
-                    self.sending_by_subscription.update({n.subscription_id for n in batch})
+                    self._sending.add(_places(batch))
                     batches.append(batch)
             if not batches:
                 return
@@ -347,8 +377,7 @@ class Deliverer:
         finally:
             with self._lock:
                 self._trying -= 1
-                self.sending_by_subscription.subtract({n.subscription_id for n in batch})
-                self.sending_by_subscription += Counter()  # drop the zeros
+                self._sending.remove(_places(batch))
             self._came_back.set()
 
     def _nats_pool(self) -> ThreadPoolExecutor:
@@ -402,8 +431,7 @@ class Deliverer:
         at least once)."""
         with self._lock:
             self.in_flight -= len(ready)
-            self.in_flight_by_subscription.subtract(n.subscription_id for n, _ in ready)
-            self.in_flight_by_subscription += Counter()  # drop the zeros
+            self._claimed.remove(_place(n) for n, _ in ready)
 
     def _write(
         self, ready: list[tuple[ClaimedNotification, SendResult]], *, claim: bool, session: str
@@ -431,7 +459,7 @@ class Deliverer:
         for attempt in range(RECORD_TRIES):
             try:
                 with self.write_guard():
-                    limit, busy = self._hold_room(ready) if claim else (0, Counter())
+                    limit, busy = self._hold_room(ready) if claim else (0, _Held())
                     if not (ready or limit):
                         return []  # no room: nothing to write
                     claimed: list[ClaimedNotification] = []
@@ -440,13 +468,18 @@ class Deliverer:
                             notifications_record(results=ready)
                             if limit:
                                 made = notifications_claim(
-                                    limit=limit, in_flight=busy, per_subscription=self._claim_cap, claimed_by=session
+                                    limit=limit,
+                                    in_flight=busy.by_subscription,
+                                    per_subscription=self._claim_cap,
+                                    tenant_in_flight=busy.by_tenant,
+                                    per_tenant=self._tenant_claim_cap,
+                                    claimed_by=session,
                                 )
                         claimed = made if limit else []
                     finally:
                         with self._lock:  # the held room now holds what was claimed
                             self.in_flight += len(claimed) - limit
-                            self.in_flight_by_subscription.update(n.subscription_id for n in claimed)
+                            self._claimed.add(_place(n) for n in claimed)
                             self._wait_for_start(claimed)
                     return claimed
             except DatabaseError:
@@ -463,8 +496,7 @@ class Deliverer:
         with self._lock:
             cancelled = [notification for batch in self._waiting.clear() for notification in batch]
             self.in_flight -= len(cancelled)
-            self.in_flight_by_subscription.subtract(n.subscription_id for n in cancelled)
-            self.in_flight_by_subscription += Counter()  # drop the zeros
+            self._claimed.remove(_place(n) for n in cancelled)
         if cancelled:
             try:
                 with self.write_guard():
@@ -508,6 +540,56 @@ class Deliverer:
             )
         if self._nats_threads is not None:
             self._nats_threads.shutdown(wait=False)
+
+
+Place = tuple[uuid.UUID, "str | None"]  # a subscription, and its tenant (None: operator-wide)
+
+
+def _place(notification: ClaimedNotification) -> Place:
+    return notification.subscription_id, notification.subscription.tenant_id
+
+
+def _places(batch: list[ClaimedNotification]) -> set[Place]:
+    """A batch's subscriptions, each once (a NATS batch counts once for each of them)."""
+    return {_place(n) for n in batch}
+
+
+class _Held:
+    """What each subscription holds (claims, or tries out), and each tenant's subscriptions
+    together; operator-wide subscriptions belong to no tenant's share."""
+
+    def __init__(self) -> None:
+        self.by_subscription: Counter[uuid.UUID] = Counter()
+        self.by_tenant: Counter[str] = Counter()
+
+    def copy(self) -> _Held:
+        held = _Held()
+        held.by_subscription, held.by_tenant = Counter(self.by_subscription), Counter(self.by_tenant)
+        return held
+
+    def add(self, places: Iterable[Place]) -> None:
+        for subscription_id, tenant_id in places:
+            self.by_subscription[subscription_id] += 1
+            if tenant_id is not None:
+                self.by_tenant[tenant_id] += 1
+
+    def remove(self, places: Iterable[Place]) -> None:
+        for subscription_id, tenant_id in places:
+            _decrement(self.by_subscription, subscription_id)
+            if tenant_id is not None:
+                _decrement(self.by_tenant, tenant_id)
+
+    def at_cap(self, place: Place, *, per_subscription: int | None, per_tenant: int | None) -> bool:
+        subscription_id, tenant_id = place
+        if per_subscription is not None and self.by_subscription[subscription_id] >= per_subscription:
+            return True
+        return tenant_id is not None and per_tenant is not None and self.by_tenant[tenant_id] >= per_tenant
+
+
+def _decrement(counter: Counter, key: Any) -> None:
+    counter[key] -= 1
+    if counter[key] <= 0:
+        del counter[key]
 
 
 class _Waiting:
@@ -587,11 +669,12 @@ class _Offer:
     def __init__(self, deliverer: Deliverer, session: str) -> None:
         self.deliverer = deliverer
         self.session = session
-        self.reserved: Counter[uuid.UUID] = Counter()  # held and not yet taken
+        # Held and not yet taken, by (subscription, its tenant).
+        self.reserved: Counter[tuple[uuid.UUID, str | None]] = Counter()
         self.settled = False  # offers_done gave back what was not taken
 
-    def reserve(self, subscription_id: uuid.UUID) -> bool:
-        return self.deliverer._reserve(self, subscription_id)
+    def reserve(self, subscription: Subscription) -> bool:
+        return self.deliverer._reserve(self, subscription)
 
     def take(self, claimed: list[ClaimedNotification]) -> None:
         self.deliverer._take(self, claimed)

@@ -9,10 +9,12 @@ import logging
 import random
 import secrets
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -30,6 +32,7 @@ from core.db import (
     sql_update_returning,
 )
 from core.errors import Conflict, NotFound, ValidationFailed
+from core.fairness import round_robin
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
 from delivery.envelopes import event_body
@@ -345,7 +348,7 @@ class ClaimOffer(Protocol):
 
     session: str  # the worker session the claims are made for (the watchdog's, as any claim's)
 
-    def reserve(self, subscription_id: uuid.UUID) -> bool:
+    def reserve(self, subscription: Subscription) -> bool:
         """Room for one more of this subscription's notifications (taken if there is)."""
 
     def take(self, claimed: list[ClaimedNotification]) -> None:
@@ -437,7 +440,7 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
             continue
         waiting.add(queue)  # this call's later events wait behind this one
         subscription = enabled.get(row["subscription_id"])
-        if subscription is None or not offer.reserve(subscription.subscription_id):
+        if subscription is None or not offer.reserve(subscription):
             continue
         row.update(locked_until=lease_until, next_attempt_at=lease_until, claimed_by=offer.session or None)
         body = bodies.get(id(row["envelope"]))
@@ -539,6 +542,8 @@ def notifications_claim(
     now: datetime | None = None,
     in_flight: Mapping[uuid.UUID, int] | None = None,
     per_subscription: int | None = None,
+    tenant_in_flight: Mapping[str, int] | None = None,
+    per_tenant: int | None = None,
     claimed_by: str = "",
 ) -> list[ClaimedNotification]:
     """Claim due notifications of enabled subscriptions, at most `limit`, for the worker
@@ -549,29 +554,44 @@ def notifications_claim(
     behind an earlier one that has neither succeeded nor expired, and nothing else waits
     (docs/events.md, "Order"). With `per_subscription`, a subscription never has more than that
     many tries in flight (`in_flight` counts this loop's), so one slow receiver holds a few
-    threads, never all of them.
+    threads, never all of them; with `per_tenant`, the same for a tenant's subscriptions together
+    (`tenant_in_flight`; operator-wide subscriptions count for no tenant), and the tenants take
+    turns among the due (docs/events.md, "Fair shares").
 
     Inside a caller's transaction (the delivery loop records and claims in one) it takes no
     savepoint: a failure rolls back the caller's whole transaction, as the loop wants."""
     now = now or utcnow()
     in_flight = in_flight or {}
+    tenant_in_flight = tenant_in_flight or {}
     full = [sub for sub, n in in_flight.items() if per_subscription is not None and n >= per_subscription]
+    full_tenants = [t for t, n in tenant_in_flight.items() if per_tenant is not None and n >= per_tenant]
     with transaction.atomic(savepoint=False):
         # Keys first (a few candidates per place, for the per-subscription cap), whole rows only
         # for the chosen: an envelope is decoded once per try, not once per look.
-        due = _due_rows(now=now, excluded=full, limit=limit * 4)
+        due = _due_rows(now=now, excluded=full, excluded_tenants=full_tenants, limit=limit * 4)
+        if per_tenant is not None:
+            due = round_robin(due, key=itemgetter(2))
         # Keys as the database gives them: only the chosen become UUIDs, and the few distinct
         # subscriptions once each (converting every candidate was a tenth of a claim).
         subscription_ids: dict[Any, uuid.UUID] = {}
         chosen: list[Any] = []
-        taken: dict[uuid.UUID, int] = {}
-        for pk, raw_sub in due:
+        taken: Counter[uuid.UUID] = Counter()
+        tenant_taken: Counter[str] = Counter()
+        for pk, raw_sub, tenant in due:
             if raw_sub not in subscription_ids:
                 subscription_ids[raw_sub] = db_uuid(raw_sub)
             sub = subscription_ids[raw_sub]
-            if per_subscription is not None and in_flight.get(sub, 0) + taken.get(sub, 0) >= per_subscription:
+            if per_subscription is not None and in_flight.get(sub, 0) + taken[sub] >= per_subscription:
                 continue
-            taken[sub] = taken.get(sub, 0) + 1
+            if (
+                tenant is not None
+                and per_tenant is not None
+                and tenant_in_flight.get(tenant, 0) + tenant_taken[tenant] >= per_tenant
+            ):
+                continue
+            taken[sub] += 1
+            if tenant is not None:
+                tenant_taken[tenant] += 1
             chosen.append(pk)
             if len(chosen) == limit:
                 break
@@ -630,11 +650,14 @@ def _leased(keys: list[Any], *, lease: datetime, claimed_by: str) -> list[tuple[
     )
 
 
-def _due_rows(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> list[tuple[Any, Any]]:
-    """(notification_id, subscription_id), as the database gives them (core.db.db_uuid makes
-    UUIDs of them), of due notifications of enabled subscriptions (not of `excluded`) that
-    head their (subscription, call) queue, due first, at most `limit`; locked for the caller's
-    transaction, skipping rows another holds (PostgreSQL). The same rows as the ORM's
+def _due_rows(
+    *, now: datetime, excluded: Sequence[uuid.UUID], excluded_tenants: Sequence[str] = (), limit: int
+) -> list[tuple[Any, Any, str | None]]:
+    """(notification_id, subscription_id, the subscription's tenant_id), as the database gives
+    them (core.db.db_uuid makes UUIDs of them), of due notifications of enabled subscriptions
+    (not of `excluded`, nor of `excluded_tenants`) that head their (subscription, call) queue,
+    due first, at most `limit`; locked for the caller's transaction, skipping rows another holds
+    (PostgreSQL). The same rows as the ORM's
 
         Notification.objects.filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now),
             next_attempt_at__lte=now, subscription__enabled=True)
@@ -647,16 +670,20 @@ def _due_rows(*, now: datetime, excluded: Sequence[uuid.UUID], limit: int) -> li
     delivery loop more than the database's work. It walks event_notifications_due_seq in order
     (tests/delivery/test_plans.py)."""
     not_excluded = f" AND n.{{n.subscription}} NOT IN ({', '.join(['%s'] * len(excluded))})" if excluded else ""
+    if excluded_tenants:
+        not_excluded += (
+            f" AND (s.{{s.tenant}} IS NULL OR s.{{s.tenant}} NOT IN ({', '.join(['%s'] * len(excluded_tenants))}))"
+        )
     lock = " FOR UPDATE OF n SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     return sql_query(
-        "SELECT n.{n.notification_id}, n.{n.subscription} FROM {n} n "
+        "SELECT n.{n.notification_id}, n.{n.subscription}, s.{s.tenant} FROM {n} n "
         "INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
         "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) AND n.{n.next_attempt_at} <= %s "
         "AND s.{s.enabled}" + not_excluded + " AND NOT EXISTS (SELECT 1 FROM {n} e "
         "WHERE e.{n.subscription} = n.{n.subscription} AND e.{n.aggregate_id} = n.{n.aggregate_id} "
         "AND e.{n.next_attempt_at} IS NOT NULL AND e.{n.event_seq} < n.{n.event_seq}) "
         "ORDER BY n.{n.next_attempt_at}, n.{n.event_seq} LIMIT %s" + lock,
-        [now, now, *excluded, limit],
+        [now, now, *excluded, *excluded_tenants, limit],
         n=Notification,
         s=Subscription,
     )

@@ -432,6 +432,11 @@ DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=25
 # Per worker process (each runs a delivery loop, docs/events.md): threads trying notifications,
 # and tries one subscription may have out at once (a slow or dead receiver holds that many).
 DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, maximum=256)
+# ... and tries one tenant's subscriptions together may have out at once (docs/events.md, "Fair
+# shares"): eight slow receivers of one tenant never hold every thread. Default: half of them.
+DELIVERY_PER_TENANT = env_int(
+    "DELIVERY_PER_TENANT", max(1, DELIVERY_CONCURRENCY // 2), minimum=1, maximum=DELIVERY_CONCURRENCY
+)
 # How many times as many are claimed ahead, so a try that comes back starts the next at once.
 # Deeper claims deliver more of a burst while its calls still run, and take that CPU from them:
 # 4 on SQLite, where a claim waits its turn for the one write lock; 2 on PostgreSQL, where it

@@ -678,6 +678,7 @@ class Engine:
             concurrency=settings.DELIVERY_CONCURRENCY,
             batch_size=settings.DELIVERY_BATCH_SIZE,
             per_subscription=settings.DELIVERY_PER_SUBSCRIPTION,
+            per_tenant=settings.DELIVERY_PER_TENANT,
             write_guard=self.gate.slot,
             may_claim=self._may_deliver,
             session=self.keeper.surely_alive,

@@ -54,7 +54,7 @@ def orm_due_keys(*, now, excluded, limit):
 
 
 def _due_keys(**kwargs):
-    return [(db_uuid(pk), db_uuid(sub)) for pk, sub in _due_rows(**kwargs)]
+    return [(db_uuid(pk), db_uuid(sub)) for pk, sub, _ in _due_rows(**kwargs)]
 
 
 @pytest.fixture

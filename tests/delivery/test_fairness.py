@@ -353,3 +353,35 @@ def test_a_stopping_loop_records_the_tries_that_come_back_in_time_and_gives_back
         left = Notification.objects.get(subscription=slow)
         assert left.state == Notification.State.PENDING and left.locked_until > utcnow()
         assert len(receiver.at("/delay/300")) == 1  # the given-back ones were never sent
+
+
+def test_a_tenants_slow_subscribers_together_hold_at_most_its_share_of_the_delivery_threads(
+    transactional_db, world, settings
+):
+    """Eight slow subscriptions of one tenant, each within its own cap, would fill every thread
+    between them: the tenant's cap keeps the rest for the others (docs/events.md, "Fair shares")."""
+    with receiving() as receiver:
+        slow = [webhook(receiver.url("/slow"), tenant_id="globex") for _ in range(8)]
+        fast = webhook(receiver.url("/ok"))
+        for subscription in slow:
+            for _ in range(6):
+                subscription_send_test(tenant_id="globex", subscription_id=subscription.pk)
+        deliverer = Deliverer(concurrency=8, batch_size=64, per_subscription=2, per_tenant=4)
+        try:
+            deliverer.step()
+            assert deliverer.in_flight_by_tenant["globex"] == settings.DELIVERY_CLAIM_AHEAD * 4
+            wait_for(lambda: deliverer.sending_by_tenant["globex"] == 4, timeout=5)
+            subscription_send_test(tenant_id="acme", subscription_id=fast.pk)
+            started = time.monotonic()
+
+            def fast_delivered():
+                deliverer.step()
+                return Notification.objects.get(subscription=fast).state == Notification.State.SUCCEEDED
+
+            wait_for(fast_delivered, timeout=5)
+            assert time.monotonic() - started < 1.5  # not behind the slow receivers' 2 s answers
+            assert deliverer.sending_by_tenant["globex"] <= 4
+            assert deliverer.in_flight_by_tenant["globex"] <= settings.DELIVERY_CLAIM_AHEAD * 4
+            assert len(receiver.at("/slow")) <= 4  # the others wait for a thread of its share
+        finally:
+            deliverer.stop()

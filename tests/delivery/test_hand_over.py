@@ -15,7 +15,7 @@ from django.db import transaction
 from core.ids import new_id, utcnow
 from delivery import runner
 from delivery.fanout import NotificationSink
-from delivery.models import DeliveryAttempt, Notification
+from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.runner import Deliverer
 from delivery.services import FanoutEvent, notifications_fan_out, subscription_update
 from delivery.validation import SubscriptionInput
@@ -174,12 +174,12 @@ def test_no_offer_while_the_session_is_unsure_or_the_loop_stopping(transactional
     assert stopped.offer() is None
     full = Deliverer(concurrency=1, batch_size=1, session=lambda: SESSION)
     full.claim_ahead = 1
-    assert full.offer().reserve(new_id())
+    assert full.offer().reserve(Subscription(subscription_id=new_id()))
     assert full.offer() is None  # its room all taken: the fan-out looks for no heads
     settled = Deliverer(concurrency=8, batch_size=8, session=lambda: SESSION)
     offer = settled.offer()
     settled.offers_done()
-    assert not offer.reserve(new_id())  # an offer given back takes no more room
+    assert not offer.reserve(Subscription(subscription_id=new_id()))  # an offer given back takes no more room
 
 
 class _ElsewhereSink:
@@ -296,7 +296,7 @@ def test_the_loops_own_claim_and_an_offer_never_hold_more_than_its_room(transact
 
     def claim_and_look(**kwargs):
         offer = deliverer.offer()
-        seen.append(offer is not None and offer.reserve(Notification.objects.first().subscription_id))
+        seen.append(offer is not None and offer.reserve(Notification.objects.first().subscription))
         return original(**kwargs)
 
     original = runner.notifications_claim
