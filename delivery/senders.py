@@ -21,7 +21,7 @@ from delivery.models import Subscription
 from delivery.services import ClaimedNotification, SendResult
 from execution.aio import sender
 from execution.http import USER_AGENT, HttpRequest
-from execution.outcomes import Outcome
+from execution.outcomes import ErrorKind, Outcome
 
 # Statuses whose Retry-After is honoured (docs/events.md, "Retries").
 _RETRY_AFTER_STATUSES = (429, 503)
@@ -92,7 +92,8 @@ def webhook_request(notification: ClaimedNotification, started: datetime) -> Htt
 
 def webhook_result(outcome: Outcome, started: datetime) -> SendResult:
     """A webhook try's result from its response: 2xx succeeded; anything else failed, with a
-    429's or 503's Retry-After, and 410 Gone marked (it disables the subscription)."""
+    429's or 503's Retry-After, and 410 Gone or a refusal by the egress policy marked (either
+    disables the subscription)."""
     if outcome.succeeded:
         return SendResult(
             succeeded=True,
@@ -110,6 +111,8 @@ def webhook_result(outcome: Outcome, started: datetime) -> SendResult:
         error=outcome.error_message or f"HTTP {outcome.status}",
         retry_after=_retry_after(outcome.status, outcome.headers),
         gone=outcome.status == 410,
+        # Refused by the egress policy: never tried again, as a call's EgressDenied.
+        refused=outcome.error_kind == ErrorKind.EGRESS_DENIED,
     )
 
 

@@ -68,6 +68,9 @@ ROTATION_OVERLAP = timedelta(hours=24)
 PING_TYPE = "ServiceAgentPing"
 # A subscription disabled by the receiver itself.
 GONE_REASON = "the endpoint answered 410 Gone"
+# A subscription whose URL the egress policy refused is disabled with this reason and the
+# refusal's own message (which names the class of the address, never the address).
+REFUSED_REASON = "its URL is refused by the egress policy"
 
 
 def new_webhook_secret() -> str:
@@ -703,6 +706,10 @@ class SendResult:
     retry_after: float | None = None
     # The receiver said it is gone for good (410): the subscription is disabled.
     gone: bool = False
+    # The egress policy refused the receiver's address: as a call's EgressDenied, never tried
+    # again (the next try would be refused the same way); it expires at once and its
+    # subscription is disabled with the reason (docs/events.md, "Retries").
+    refused: bool = False
 
 
 def retry_delay(*, step: int, retry_after: float | None = None, jitter: random.Random | None = None) -> float | None:
@@ -785,7 +792,7 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
                 step = notification.step + 1
                 delay = retry_delay(step=step, retry_after=result.retry_after)
                 changes.update(step=step, last_error=result.error[:1000])
-                if delay is None or now - notification.event_created_at > expiry:
+                if delay is None or result.refused or now - notification.event_created_at > expiry:
                     changes.update(state=Notification.State.EXPIRED, next_attempt_at=None)
                 else:
                     changes.update(state=Notification.State.FAILED, next_attempt_at=now + timedelta(seconds=delay))
@@ -825,6 +832,13 @@ def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], n
     if any(result.gone for result in outcomes):
         rows.filter(enabled=True).update(enabled=False, disabled_reason=GONE_REASON, updated_at=now)
         _log_disabled(subscription_id, GONE_REASON)
+        return
+    refused = next((result for result in outcomes if result.refused), None)
+    if refused is not None:
+        reason = f"{REFUSED_REASON}: {refused.error}"[:300]
+        rows.filter(failing_since__isnull=True).update(failing_since=now)
+        rows.filter(enabled=True).update(enabled=False, disabled_reason=reason, updated_at=now)
+        _log_disabled(subscription_id, reason)
         return
     rows.filter(failing_since__isnull=True).update(failing_since=now)
     limit = now - timedelta(seconds=settings.SUBSCRIPTION_DISABLE_AFTER)

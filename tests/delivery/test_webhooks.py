@@ -396,3 +396,33 @@ def test_a_lone_surrogate_in_an_envelope_is_escaped_not_a_body_that_cannot_be_se
     envelope = {"id": "evt_1", "payload": {"value": "a\ud800b é"}}
     body = event_body(envelope)
     assert body.encode() and json.loads(body) == envelope
+
+
+def test_a_delivery_refused_by_the_egress_policy_expires_at_once_and_disables_its_subscription(
+    transactional_db, world, settings
+):
+    """As a call's EgressDenied, never retried: the next try would be refused the same way, and
+    a schedule of tries against the operator's network is what a tenant must not get. `localhost`
+    resolves here to loopback, refused with an empty allowlist: nothing is sent anywhere."""
+    from delivery.runner import Deliverer
+    from delivery.services import REFUSED_REASON
+
+    settings.EGRESS_ALLOWLIST = []
+    settings.AGENT_BASE_URL = "http://agent.example:8000"
+    settings.EVENT_DELIVERY_SCHEDULE = [0.1, 0.1, 0.1]
+    subscription, _ = webhook("http://localhost:9/hook")
+    subscription_send_test(tenant_id="acme", subscription_id=subscription.pk)
+    deliverer = Deliverer(concurrency=4, batch_size=4)
+    try:
+        deliverer.step()
+        wait_for(lambda: deliverer.results.qsize() >= 1, timeout=10)
+        deliverer.record_ready()
+    finally:
+        deliverer.stop(timeout=5)
+
+    [row] = notifications(subscription)
+    assert (row.state, row.attempts, row.next_attempt_at) == (Notification.State.EXPIRED, 1, None)
+    assert row.last_error == "localhost points to a loopback address, not in EGRESS_ALLOWLIST"
+    subscription.refresh_from_db()
+    assert not subscription.enabled and subscription.failing_since is not None
+    assert subscription.disabled_reason == f"{REFUSED_REASON}: {row.last_error}"
