@@ -110,3 +110,28 @@ def env_durations(name: str, default: str) -> list[float]:
     if not values:
         raise SettingsError(f"{name} must list at least one duration")
     return values
+
+
+def env_ceiling(
+    name: str, default: float | None, *, minimum: float, maximum: float, integer: bool = True
+) -> int | float | None:
+    """An operator's ceiling (docs/flow-control.md, "Operator ceilings"): a number from `minimum`
+    to `maximum`. Unset is `default`; empty or `none` is no ceiling, allowed only where
+    `default` is None (a ceiling that protects a fresh install cannot be switched off by a
+    blank line)."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    if text in ("", "none"):
+        if default is not None:
+            raise SettingsError(f"{name} must be a number from {minimum:g} to {maximum:g}; it cannot be turned off")
+        return None
+    try:
+        value: int | float = int(text) if integer else float(text)
+    except ValueError:
+        kind = "a whole number" if integer else "a number"
+        raise SettingsError(f"{name} must be {kind} from {minimum:g} to {maximum:g}, got {raw!r}") from None
+    if not minimum <= value <= maximum:  # NaN fails this too
+        raise SettingsError(f"{name} must be from {minimum:g} to {maximum:g}, got {raw!r}")
+    return value

@@ -17,11 +17,12 @@ import uuid
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import Q
+from django.urls import reverse
 from django.utils.html import format_html
 
+from core.admin import shown_once_response
 from core.errors import NotFound, ValidationFailed
 from core.ids import short_id
 from core.rendering import display_json
@@ -35,6 +36,7 @@ from delivery.services import (
 from delivery.validation import EVENT_TYPES, SubscriptionInput, validate_subscription
 from outbox.admin import TenantIdFilter
 from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, TenantScopedAdmin, visible_tenant_ids
+from tenants.selectors import tenant_ceilings_get
 
 # delivery.validation's wire names -> the admin form's fields.
 WIRE_FIELDS = {
@@ -103,10 +105,13 @@ class SubscriptionAdminForm(forms.ModelForm):
         if adding:
             data["kind"] = kind or ""
             tenant = cleaned.get("tenant")
-            limit = settings.MAX_SUBSCRIPTIONS_PER_TENANT
+            limit = tenant_ceilings_get(tenant_id=tenant.pk).subscriptions if tenant is not None else 0
             if tenant is not None and Subscription.objects.filter(tenant=tenant).count() >= limit:
                 # subscription_create checks it again, in its transaction.
-                self.add_error("tenant", f"A tenant may have at most {limit} subscriptions.")
+                self.add_error(
+                    "tenant",
+                    f"A tenant may have at most {limit} subscriptions (the operator's ceiling for this tenant).",
+                )
         if kind == Subscription.Kind.WEBHOOK or cleaned.get("url"):
             data["url"] = cleaned.get("url") or ""
         if cleaned.get("subject_template") or (kind == Subscription.Kind.NATS and adding):
@@ -216,14 +221,23 @@ class SubscriptionAdmin(TenantScopedAdmin):
         else:
             saved, secret = subscription_create(tenant_id=obj.tenant_id, data=data)
             if secret:
-                # The secret exists only in this response; stored, it is sealed.
-                messages.warning(
-                    request,
-                    f"Signing secret of “{saved.name}”: {secret} — copy it now, it will not be shown again.",
-                )
+                # The secret exists only in this response (response_add); stored, it is sealed.
+                request.shown_once = secret
         for field in Subscription._meta.concrete_fields:
             setattr(obj, field.attname, getattr(saved, field.attname))
         obj._state.adding = False
+
+    def response_add(self, request, obj, post_url_continue=None):
+        secret = getattr(request, "shown_once", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        return shown_once_response(
+            request,
+            context=self.admin_site.each_context(request),
+            title=f"Signing secret of “{obj.name}”",
+            secret=secret,
+            next_url=reverse("admin:delivery_subscription_change", args=[obj.pk]),
+        )
 
     def get_deleted_objects(self, objs, request):
         # A subscription's notifications and attempts go with it (subscription_delete): counted,

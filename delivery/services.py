@@ -31,7 +31,7 @@ from core.db import (
     sql_query,
     sql_update_returning,
 )
-from core.errors import Conflict, NotFound, ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from core.fairness import round_robin
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -83,7 +83,8 @@ def new_webhook_secret() -> str:
 
 def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tuple[Subscription, str | None]:
     """A subscription (webhook: with a new secret, returned once and stored sealed). A tenant has
-    at most its `subscriptions` ceiling (Conflict past it); operator-wide ones are not limited."""
+    at most its `subscriptions` ceiling (docs/flow-control.md,
+    "Operator ceilings"); operator-wide ones are not limited."""
     now = utcnow()
     secret = new_webhook_secret() if data.kind == Subscription.Kind.WEBHOOK else None
     with transaction.atomic():
@@ -92,9 +93,13 @@ def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tu
             list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
             limit = tenant_ceilings_get(tenant_id=tenant_id).subscriptions
             if Subscription.objects.filter(tenant_id=tenant_id).count() >= limit:
-                raise Conflict(
-                    f"This tenant has its {limit} subscriptions, the operator's ceiling (docs/flow-control.md, "
-                    "\"Operator ceilings\"): delete one first."
+                raise ValidationFailed(
+                    {
+                        "body": [
+                            f"A tenant may have at most {limit} subscriptions (the operator's ceiling for this "
+                            "tenant): delete one first."
+                        ]
+                    }
                 )
         subscription = Subscription.objects.create(
             subscription_id=new_id(),

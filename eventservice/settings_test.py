@@ -13,6 +13,12 @@ os.environ.setdefault("LOG_LEVEL", "WARNING")
 # A fixed test key, in the environment so the qcluster and gunicorn processes that tests start
 # (they read eventservice.settings) share it: secrets sealed here must open there.
 os.environ.setdefault("SECRET_KEY", "test-only-service-agent-key-not-secret-0123456789abcdefghij")
+# Tests submit, ping and retry faster than a fresh install's ceilings allow; the ceilings have
+# their own tests (tests/tenants/test_ceilings_*.py), which set them per tenant or per test.
+os.environ.setdefault("CEILING_SUBMISSIONS_PER_SECOND", "100000")
+os.environ.setdefault("CEILING_TEST_PINGS_PER_MINUTE", "10000")
+os.environ.setdefault("CEILING_MAX_ATTEMPTS", "20")
+os.environ.setdefault("CEILING_MIN_BACKOFF_MS", "100")
 
 from eventservice.settings import *  # noqa: E402,F403
 from eventservice.settings import DATABASES  # noqa: E402

@@ -28,7 +28,7 @@ from django.db import connection, transaction
 from django.db.models import Count, QuerySet
 
 from core.db import sql_query, update_many
-from core.errors import NotFound
+from core.errors import NotFound, ValidationFailed
 from core.ids import utcnow
 from orchestration.flow import (
     TENANT_QUEUE,
@@ -43,7 +43,9 @@ from orchestration.flow import (
     target_host,
 )
 from orchestration.models import FlowControl, ServiceCall
+from tenants.ceilings import over_ceiling
 from tenants.models import Tenant
+from tenants.selectors import tenant_ceilings_get, tenants_with_call_ceilings
 
 # How long a process trusts its list of the tenants that have limits: a limit set on a tenant
 # that had none applies to the starts of other processes within this (docs/flow-control.md).
@@ -89,8 +91,12 @@ _limited = _LimitedTenants()
 
 
 def tenant_has_limits(tenant_id: str) -> bool:
-    """Whether the tenant has limits, as this process last read them (at most ~1 s old)."""
-    return tenant_id in _limited.ids()
+    """Whether the tenant has limits, its own or the operator's ceilings on its calls, as this
+    process last read them (at most ~1 s old)."""
+    if tenant_id in _limited.ids():
+        return True
+    everyone, own = tenants_with_call_ceilings()
+    return everyone or tenant_id in own
 
 
 def forget_limited_tenants() -> None:
@@ -101,27 +107,57 @@ def forget_limited_tenants() -> None:
 # --- The limits: reads and the one service that sets them -----------------------------------------
 
 
-def _limits_of(control: FlowControl | None) -> FlowLimits:
+def _own_limits(control: FlowControl | None) -> FlowLimits:
     if control is None:
         return UNLIMITED
     return FlowLimits.from_stored(parallelism=control.parallelism, rate=control.rate_per_second, hosts=control.hosts)
 
 
+def _limits_of(control: FlowControl | None, tenant_id: str) -> FlowLimits:
+    """The limits the engine holds the tenant's calls to: its own under the operator's
+    ceilings (docs/flow-control.md, "Operator ceilings")."""
+    ceilings = tenant_ceilings_get(tenant_id=tenant_id)
+    return _own_limits(control).capped(parallelism=ceilings.parallelism, rate=ceilings.rate_per_second)
+
+
 def flow_limits_get(*, tenant_id: str) -> FlowLimits:
-    """The tenant's limits (none: FlowLimits with every limit None)."""
-    return _limits_of(FlowControl.objects.filter(pk=tenant_id).first())
+    """The limits the tenant set itself (none: FlowLimits with every limit None)."""
+    return _own_limits(FlowControl.objects.filter(pk=tenant_id).first())
+
+
+def flow_limits_effective(*, tenant_id: str) -> FlowLimits:
+    """The limits in force: the tenant's own under the operator's ceilings."""
+    return _limits_of(FlowControl.objects.filter(pk=tenant_id).first(), tenant_id)
+
+
+def _check_ceilings(tenant_id: str, limits: FlowLimits) -> None:
+    """A tenant's own limits stay within its ceilings: ValidationFailed naming each field over."""
+    ceilings = tenant_ceilings_get(tenant_id=tenant_id)
+    errors: dict[str, list[str]] = {}
+    for prefix, limit in [("", limits.tenant)] + [(f'hosts["{h}"].', lim) for h, lim in sorted(limits.hosts.items())]:
+        for name, value, ceiling in (
+            ("parallelism", limit.parallelism, ceilings.parallelism),
+            ("ratePerSecond", limit.rate, ceilings.rate_per_second),
+        ):
+            if (problem := over_ceiling(name, value, ceiling)) is not None:
+                errors.setdefault(f"{prefix}{name}", []).append(problem)
+    if errors:
+        raise ValidationFailed(errors)
 
 
 def flow_control_set(*, tenant_id: str, limits: FlowLimits) -> FlowLimits:
-    """Replace the tenant's limits (checked by orchestration.flow.validate_flow_control). No
-    limit at all removes the row; the rate state of a host or of the tenant is kept while its
+    """Replace the tenant's limits (checked by orchestration.flow.validate_flow_control, and
+    here against the operator's ceilings: ValidationFailed naming the field). No
+    limit at all removes the row (unless ceilings limit the tenant's calls); the rate state of a host or of the tenant is kept while its
     rate stays. Calls held meanwhile start under the new limits; other processes apply a
     limit on a tenant that had none within LIMITED_CACHE_SECONDS."""
     if not Tenant.objects.filter(pk=tenant_id).exists():
         raise NotFound(f"Tenant {tenant_id!r} not found.")
+    _check_ceilings(tenant_id, limits)
     with transaction.atomic():
         current = FlowControl.objects.select_for_update().filter(pk=tenant_id).first()
-        if not limits.limited:
+        if not limits.limited and not (current is not None and tenant_ceilings_get(tenant_id=tenant_id).limits_calls):
+            # (A row the operator's ceilings use keeps its rate state.)
             if current is not None:
                 current.delete()
         else:
@@ -301,13 +337,15 @@ def admit(rows: list[ServiceCall], *, now: datetime) -> tuple[list[ServiceCall],
     of their admissions, whichever cluster made them.
     """
     limited = _limited.ids()
+    everyone, capped = tenants_with_call_ceilings()
     by_tenant: dict[str, list[ServiceCall]] = defaultdict(list)
     for row in rows:
-        if row.tenant_id in limited:
+        if everyone or row.tenant_id in limited or row.tenant_id in capped:
             by_tenant[row.tenant_id].append(row)
     if not by_tenant:
         return rows, now, {}
     tenant_ids = sorted(by_tenant)
+    _ensure_rows([t for t in tenant_ids if t not in limited])
     controls = {
         control.tenant_id: control
         for control in FlowControl.objects.select_for_update(skip_locked=True).filter(pk__in=tenant_ids).order_by("pk")
@@ -327,7 +365,7 @@ def admit(rows: list[ServiceCall], *, now: datetime) -> tuple[list[ServiceCall],
         control = controls.get(tenant_id)
         if control is None:
             if tenant_id in busy:
-                limits = _limits_of(busy[tenant_id])
+                limits = _limits_of(busy[tenant_id], tenant_id)
                 held.extend((row, queue_of(_host_of(row), limits)) for row in tenant_rows)
             else:  # its limits were removed since this process read the list
                 admitted.extend(tenant_rows)
@@ -342,10 +380,26 @@ def admit(rows: list[ServiceCall], *, now: datetime) -> tuple[list[ServiceCall],
     return admitted, now, later
 
 
+def _ensure_rows(tenant_ids: list[str]) -> None:
+    """A flow_controls row for each tenant whose calls only the operator's ceilings limit: the
+    row the start locks and keeps the rate state in. Made once per tenant (ON CONFLICT DO
+    NOTHING: a start racing another's insert waits for it that once); no write when present."""
+    if not tenant_ids:
+        return
+    missing = set(tenant_ids) - set(FlowControl.objects.filter(pk__in=tenant_ids).values_list("pk", flat=True))
+    if missing:
+        now = utcnow()
+        FlowControl.objects.bulk_create(
+            [FlowControl(tenant_id=t, updated_at=now, hosts={}, host_tats={}) for t in sorted(missing)],
+            ignore_conflicts=True,
+        )
+        forget_limited_tenants()
+
+
 def _decide(
     control: FlowControl, rows: list[ServiceCall], running: dict[str | None, int], now: datetime
 ) -> tuple[list[tuple[ServiceCall, datetime]], list[tuple[ServiceCall, str]]]:
-    limits = _limits_of(control)
+    limits = _limits_of(control, control.tenant_id)
     tenant_gauge, host_gauges = _gauges(control, limits, running)
     candidates = [Candidate(key=row, due_at=row.due_at, order=str(row.pk), host=_host_of(row)) for row in rows]
     exclude = [row.pk for row in rows]
@@ -469,7 +523,7 @@ def flow_round(*, batch: int, max_tenants: int = 200) -> FlowRound:
 
     for tenant_id in tenants:
         control = controls.get(tenant_id)
-        limits = _limits_of(control)
+        limits = _limits_of(control, tenant_id)
         tenant_gauge, host_gauges = _gauges(control, limits, running.get(tenant_id, {}))
         room = tenant_gauge.room(now)
         if room == 0:

@@ -83,6 +83,19 @@ class FlowLimits:
             "hosts": {host: self.hosts[host].as_wire() for host in sorted(self.hosts)},
         }
 
+    def capped(self, *, parallelism: int | None, rate: float | None) -> FlowLimits:
+        """These limits under the operator's ceilings (None: no ceiling): the tenant's own
+        limit is the lower of its own and the ceiling (docs/flow-control.md, "Operator
+        ceilings"); host limits apply on top, as ever."""
+
+        def lower(own: Any, ceiling: Any) -> Any:
+            return ceiling if own is None else own if ceiling is None else min(own, ceiling)
+
+        if parallelism is None and rate is None:
+            return self
+        tenant = Limit(lower(self.tenant.parallelism, parallelism), lower(self.tenant.rate, rate))
+        return FlowLimits(tenant=tenant, hosts=self.hosts)
+
     @classmethod
     def from_stored(cls, *, parallelism: int | None, rate: float | None, hosts: dict[str, Any] | None) -> FlowLimits:
         """From the columns of flow_controls (hosts stored in the wire shape)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -132,6 +132,33 @@ def policy_errors(raw: Any) -> tuple[RetryPolicy | None, dict[str, list[str]]]:
             retry_interrupted=retry_interrupted,
         ),
         {},
+    )
+
+
+def policy_ceiling_errors(policy: RetryPolicy, *, max_attempts: int, min_backoff_ms: int) -> dict[str, list[str]]:
+    """What of `policy` goes past the operator's ceilings for its tenant: more attempts than
+    `max_attempts`, or less than `min_backoff_ms` between them (docs/retries.md, "Operator
+    ceilings")."""
+    errors: dict[str, list[str]] = {}
+    if policy.max_attempts > max_attempts:
+        errors["retryPolicy.maxAttempts"] = [
+            f"At most {max_attempts} for this tenant (the operator's ceiling on a call's attempts)."
+        ]
+    if policy.max_attempts > 1 and policy.min_backoff_ms < min_backoff_ms:
+        errors["retryPolicy.minBackoffMs"] = [
+            f"At least {min_backoff_ms} for this tenant (the operator's floor on the time between attempts)."
+        ]
+    return errors
+
+
+def policy_capped(policy: RetryPolicy, *, max_attempts: int, min_backoff_ms: int) -> RetryPolicy:
+    """`policy` brought within the ceilings: fewer attempts, longer backoffs."""
+    floor = min_backoff_ms if policy.max_attempts > 1 else policy.min_backoff_ms
+    return replace(
+        policy,
+        max_attempts=min(policy.max_attempts, max_attempts),
+        min_backoff_ms=max(policy.min_backoff_ms, floor),
+        max_backoff_ms=max(policy.max_backoff_ms, floor),
     )
 
 

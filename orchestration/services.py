@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from core.db import PreparedInsert, group_commit, insert_prepare, insert_rows_prepare, rows_by_key, update_many
-from core.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound, ValidationFailed
 from core.fairness import round_robin
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, redact_headers, rotate_sealed, seal_headers, unseal_headers
@@ -30,11 +30,18 @@ from execution.outcomes import ErrorKind, Outcome
 from orchestration.admission import admit, held_since_cleared_on_cancel, release_held, starts_place
 from orchestration.flow import target_host
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
-from orchestration.retries import RetryPolicy, next_attempt_at, should_retry
+from orchestration.retries import (
+    RetryPolicy,
+    next_attempt_at,
+    policy_capped,
+    policy_ceiling_errors,
+    should_retry,
+)
 from orchestration.selectors import service_calls_overdue, startable_due
 from orchestration.validation import Submission, validate_encodable, validate_tags
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, PreparedEvents, outbox_append, outbox_prepare
+from tenants.selectors import tenant_ceilings_get
 from timer.selectors import calls_with_pending_timer
 from timer.services import timer_rearm, timer_register, timers_discard
 
@@ -129,6 +136,15 @@ def service_call_submit(
     marks the call a schedule makes: an occurrence already made returns that call
     (created=False), whoever made it.
     """
+    if submission.retry_policy is not None:
+        # Within the operator's ceilings: refused at the edge, brought within them for a
+        # schedule's occurrence (its policy was accepted under the ceilings of its day).
+        submission = replace(
+            submission,
+            retry_policy=retry_policy_within_ceilings(
+                tenant_id=tenant_id, policy=submission.retry_policy, cap=occurrence is not None
+            ),
+        )
     fingerprint = _fingerprint(submission)
     if submission.idempotency_key is not None:
         existing = _idempotent_match(tenant_id, submission.idempotency_key, fingerprint)
@@ -165,6 +181,20 @@ def service_call_submit(
             raise
         return existing, False
     return call, True
+
+
+def retry_policy_within_ceilings(*, tenant_id: str, policy: RetryPolicy, cap: bool = False) -> RetryPolicy:
+    """`policy` if it keeps within the tenant's ceilings on retries (docs/retries.md, "Operator
+    ceilings"), else ValidationFailed naming the field and the ceiling; with `cap`, the policy
+    brought within them instead."""
+    ceilings = tenant_ceilings_get(tenant_id=tenant_id)
+    bounds = {"max_attempts": ceilings.max_attempts, "min_backoff_ms": ceilings.min_backoff_ms}
+    errors = policy_ceiling_errors(policy, **bounds)
+    if not errors:
+        return policy
+    if cap:
+        return policy_capped(policy, **bounds)
+    raise ValidationFailed(errors)
 
 
 def _idempotent_match(tenant_id: str, key: str, fingerprint: str) -> ServiceCall | None:

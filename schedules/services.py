@@ -27,7 +27,12 @@ from core.ids import new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, rotate_sealed, seal_headers
 from orchestration.models import ServiceCall
 from orchestration.retries import RetryPolicy
-from orchestration.services import RotationResult, service_call_cancel, service_call_submit
+from orchestration.services import (
+    RotationResult,
+    retry_policy_within_ceilings,
+    service_call_cancel,
+    service_call_submit,
+)
 from orchestration.validation import Submission
 from schedules.cron import next_occurrences, occurrences
 from schedules.models import Schedule
@@ -161,8 +166,11 @@ def schedule_create(
     *, tenant_id: str, data: ScheduleInput, correlation_id: str | None = None, now: datetime | None = None
 ) -> Schedule:
     """Store a schedule (checked by validate_schedule) and make its first call at once, in the
-    same transaction, unless it is paused. A tenant has at most MAX_SCHEDULES_PER_TENANT."""
+    same transaction, unless it is paused. A tenant has at most MAX_SCHEDULES_PER_TENANT, and
+    its retry policy keeps within the tenant's ceilings (docs/retries.md, "Operator ceilings")."""
     now = now or utcnow()
+    if data.retry_policy is not None:
+        retry_policy_within_ceilings(tenant_id=tenant_id, policy=data.retry_policy)
     with transaction.atomic():
         # The tenant's row, locked: two creates never both take the last place.
         list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
@@ -204,6 +212,8 @@ def schedule_update(
     plans the schedule from now again (_replan). A new name shows on the calls made after."""
     now = now or utcnow()
     given = data.given
+    if "retryPolicy" in given and data.retry_policy is not None:
+        retry_policy_within_ceilings(tenant_id=tenant_id, policy=data.retry_policy)
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         was_paused = schedule.paused

@@ -69,3 +69,36 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.tenant_id})"
+
+
+class TenantCeilings(models.Model):
+    """The operator's ceilings for one tenant (docs/flow-control.md, "Operator ceilings"): a
+    column left null takes the default setting (tenants.ceilings.BOUNDS). No row: every
+    default. Written only by tenants.services.tenant_ceilings_set (admin, manage.py
+    set_tenant_ceilings); the tenant never writes it."""
+
+    tenant = models.OneToOneField(
+        Tenant, on_delete=models.CASCADE, primary_key=True, db_column="tenant_id", related_name="+"
+    )
+    call_parallelism = models.PositiveIntegerField(null=True, blank=True)
+    call_rate_per_second = models.FloatField(null=True, blank=True)
+    subscriptions = models.PositiveIntegerField(null=True, blank=True)
+    test_pings_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    submissions_per_second = models.PositiveIntegerField(null=True, blank=True)
+    max_attempts = models.PositiveSmallIntegerField(null=True, blank=True)
+    min_backoff_ms = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "tenant_ceilings"
+        verbose_name = "tenant ceilings"
+        verbose_name_plural = "tenant ceilings"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(call_rate_per_second__isnull=True) | models.Q(call_rate_per_second__gt=0),
+                name="tenant_ceilings_rate_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"ceilings of {self.tenant_id}"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from core.errors import Conflict, NotFound, ValidationFailed
-from tenants.models import ApiKey, Membership, Tenant, tenant_slug_validator
+from tenants.models import ApiKey, Membership, Tenant, TenantCeilings, tenant_slug_validator
 
 KEY_PREFIX = "sa_"
 
@@ -220,3 +221,34 @@ def user_create(
     for tenant_id in dict.fromkeys(tenant_ids):
         membership_add(username=username, tenant_id=tenant_id, role=role)
     return user
+
+
+# --- Operator ceilings (docs/flow-control.md, "Operator ceilings") -----------------------------------
+
+
+@transaction.atomic
+def tenant_ceilings_set(*, tenant_id: str, changes: dict[str, Any]) -> dict[str, Any]:
+    """Set some of the tenant's ceilings: `changes` as tenants.ceilings.validate_ceilings gives
+    them ({column: value, or None for the default}); the others stay. Every default again
+    removes the row. Returns the operator's own values by wire name. A ceiling lowered below
+    the tenant's own flow-control limit wins at once (the effective limit is the lower);
+    other processes apply a change within tenants.selectors.CEILINGS_CACHE_SECONDS."""
+    from tenants.ceilings import BOUNDS
+    from tenants.selectors import ceilings_forget, tenant_ceilings_stored
+
+    if not Tenant.objects.filter(id=tenant_id).exists():
+        raise NotFound(f"Tenant {tenant_id!r} does not exist.")
+    unknown = set(changes) - {bound.column for bound in BOUNDS}
+    if unknown:
+        raise ValidationFailed({"body": [f"Unknown ceilings: {', '.join(sorted(unknown))}."]})
+    row = TenantCeilings.objects.select_for_update().filter(pk=tenant_id).first() or TenantCeilings(tenant_id=tenant_id)
+    for column, value in changes.items():
+        setattr(row, column, value)
+    if all(getattr(row, bound.column) is None for bound in BOUNDS):
+        if row.pk is not None and not row._state.adding:
+            row.delete()
+    else:
+        row.save()
+    transaction.on_commit(ceilings_forget)
+    ceilings_forget()
+    return tenant_ceilings_stored(tenant_id=tenant_id)

@@ -53,12 +53,19 @@ class TenantApiView(APIView):
                 return renderer_class(), renderer_class.media_type
         return super().perform_content_negotiation(request, force)
 
+    def check_throttles(self, request: Request) -> None:
+        # DRF checks them right after the permissions; here they wait for the tenant (initial).
+        if hasattr(self, "tenant_id"):
+            super().check_throttles(request)
+
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # authentication (401) and permissions
         tenant_id = kwargs.get("tenant_id", "")
         if not caller_may_act_for(request.user, tenant_id):
             raise NotFound(f"Tenant {tenant_id!r} not found.")
         self.tenant_id = tenant_id
+        # Now that the caller may act for the tenant: its ceilings (eventservice/api/throttles.py).
+        self.check_throttles(request)
         if request.method in _BODY_METHODS:
             # Django checks DATA_UPLOAD_MAX_MEMORY_SIZE only when `.body` is read; DRF would
             # stream the body past it. Reading it here turns an oversized body into 413.

@@ -7,6 +7,7 @@ Body: `{type, title, status, detail, correlationId}` and, for invalid input,
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -136,7 +137,8 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         if getattr(exc, "auth_header", None):
             headers["WWW-Authenticate"] = exc.auth_header
         if getattr(exc, "wait", None):
-            headers["Retry-After"] = str(int(exc.wait))
+            # Whole seconds, rounded up: a wait under a second is still worth waiting for.
+            headers["Retry-After"] = str(max(1, math.ceil(exc.wait)))
         errors = None
         if isinstance(exc, exceptions.ValidationError):
             errors = _drf_errors(exc.detail)

@@ -11,12 +11,14 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.errors import ValidationFailed
 from eventservice.api import serializers as s
 from eventservice.api.base import TenantApiView
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
 from eventservice.api.views import TENANT_PARAM
-from orchestration.admission import flow_control_set, flow_limits_get
+from orchestration.admission import flow_control_set, flow_limits_effective, flow_limits_get
 from orchestration.flow import MAX_HOSTS, MAX_PARALLELISM, MAX_RATE, MIN_RATE, validate_flow_control
+from tenants.selectors import tenant_ceilings_get
 
 
 class FlowLimitSerializer(serializers.Serializer):
@@ -34,6 +36,16 @@ class FlowLimitSerializer(serializers.Serializer):
     )
 
 
+class CeilingsSerializer(serializers.Serializer):
+    parallelism = serializers.IntegerField(allow_null=True, help_text="Calls Running at once; null: no ceiling.")
+    ratePerSecond = serializers.FloatField(allow_null=True, help_text="Call starts per second; null: no ceiling.")
+    subscriptions = serializers.IntegerField(help_text="Subscriptions of the tenant.")
+    testPingsPerMinute = serializers.IntegerField(help_text="Test pings (POST .../subscriptions/{id}/test) a minute.")
+    submissionsPerSecond = serializers.IntegerField(help_text="Submissions (and reruns) a second per API key.")
+    maxAttempts = serializers.IntegerField(help_text="A call's retryPolicy.maxAttempts, at most.")
+    minBackoffMs = serializers.IntegerField(help_text="A retrying call's retryPolicy.minBackoffMs, at least.")
+
+
 class FlowControlSerializer(FlowLimitSerializer):
     hosts = serializers.DictField(
         child=FlowLimitSerializer(),
@@ -42,6 +54,17 @@ class FlowControlSerializer(FlowLimitSerializer):
             "IPv4 address or an [IPv6] literal, as the call's URL names it (a port only when it is not the "
             "scheme's default)."
         ),
+    )
+
+
+class FlowControlOutputSerializer(FlowControlSerializer):
+    ceilings = CeilingsSerializer(
+        read_only=True,
+        help_text="The operator's ceilings for this tenant (read-only; ignored in a PUT): the tenant's own limits "
+        "stay at or below them.",
+    )
+    effective = FlowLimitSerializer(
+        read_only=True, help_text="The tenant's limits in force: its own, or the ceiling where that is lower."
     )
 
 
@@ -57,7 +80,8 @@ EXAMPLE = OpenApiExample(
 
 def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
     descriptions = {
-        400: "Invalid limits (`errors` names the fields); nothing is stored.",
+        400: "Invalid limits, no body, or a limit above the operator's ceiling (`errors` names the fields); "
+        "nothing is stored.",
         401: "No or unknown credentials.",
         403: "CSRF check failed (browser sessions).",
         404: "No such tenant for this caller.",
@@ -74,11 +98,11 @@ class FlowControlGetApi(TenantApiView):
         operation_id="flow_control_retrieve",
         summary="Get the tenant's flow-control limits",
         parameters=[TENANT_PARAM],
-        responses={200: FlowControlSerializer, **_problems(401, 404)},
+        responses={200: FlowControlOutputSerializer, **_problems(401, 404)},
         examples=[EXAMPLE],
     )
     def get(self, request: Request, tenant_id: str) -> Response:
-        return Response(flow_limits_get(tenant_id=self.tenant_id).as_wire())
+        return Response(flow_control_wire(self.tenant_id))
 
 
 class FlowControlPutApi(TenantApiView):
@@ -86,19 +110,42 @@ class FlowControlPutApi(TenantApiView):
         operation_id="flow_control_update",
         summary="Replace the tenant's flow-control limits",
         description=(
-            "Replaces every limit: a field absent or null means no limit, and `{}` removes them all. Calls over "
+            "Replaces the tenant's own limits: a field absent or null means no limit of its own, and `{}` removes "
+            "them all; the operator's ceilings (`ceilings`, read-only) stay, and a limit above one is a 400 naming "
+            "the field. A request without a body is a 400 and changes nothing. Calls over "
             "a limit are never refused: they wait, held, and start in due order as soon as there is room "
             "(their `heldMs` says for how long). The limits hold across every worker cluster. A limit set on a "
             "tenant that had none applies within about a second."
         ),
         parameters=[TENANT_PARAM],
         request=FlowControlSerializer,
-        responses={200: FlowControlSerializer, **_problems(400, 401, 403, 404, 413)},
+        responses={200: FlowControlOutputSerializer, **_problems(400, 401, 403, 404, 413)},
         examples=[EXAMPLE],
     )
     def put(self, request: Request, tenant_id: str) -> Response:
-        limits = validate_flow_control(request.data)
-        return Response(flow_control_set(tenant_id=self.tenant_id, limits=limits).as_wire())
+        if not request._request.body.strip():
+            # Not "no limits": `{}` says that; an empty request is a client's mistake.
+            raise ValidationFailed(
+                {"body": ["A JSON object is required: {parallelism, ratePerSecond, hosts}; {} removes your limits."]}
+            )
+        data = request.data
+        if isinstance(data, dict):
+            data = {key: value for key, value in data.items() if key not in READ_ONLY}
+        flow_control_set(tenant_id=self.tenant_id, limits=validate_flow_control(data))
+        return Response(flow_control_wire(self.tenant_id))
+
+
+# What GET adds to the limits: a client may PUT back what it read.
+READ_ONLY = ("ceilings", "effective")
+
+
+def flow_control_wire(tenant_id: str) -> dict[str, Any]:
+    """The tenant's own limits, the operator's ceilings, and the limits in force."""
+    return {
+        **flow_limits_get(tenant_id=tenant_id).as_wire(),
+        "ceilings": tenant_ceilings_get(tenant_id=tenant_id).as_wire(),
+        "effective": flow_limits_effective(tenant_id=tenant_id).tenant.as_wire(),
+    }
 
 
 class FlowControlApi(FlowControlGetApi, FlowControlPutApi):

@@ -44,6 +44,7 @@ from eventservice.api import serializers as s
 from eventservice.api import subscription_serializers as ss
 from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT, TenantApiView, keyset_page, paging_params
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from eventservice.api.throttles import PingThrottle
 from eventservice.api.views import TENANT_PARAM
 
 SUBSCRIPTION_PARAM = OpenApiParameter("subscription_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
@@ -69,6 +70,7 @@ def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
         403: "CSRF check failed (browser sessions).",
         404: "No such tenant, subscription or delivery for this caller.",
         413: "Request body too large.",
+        429: "Past the tenant's ceiling (`Retry-After` says when to try again).",
     }
     return {
         (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
@@ -86,6 +88,11 @@ def _id(raw: str, what: str) -> uuid.UUID:
 def _subscription(request: Request, subscription: Subscription) -> dict[str, Any]:
     figures = subscription_figures(subscription_ids=[subscription.subscription_id])
     return subscription_representation(subscription, figures=figures.get(subscription.subscription_id), request=request)
+
+
+# An answer that carries a secret is kept by no cache, shared or the browser's (docs/security.md,
+# "Secrets shown once").
+SECRET_HEADERS = {"Cache-Control": "no-store"}
 
 
 class SubscriptionListApi(TenantApiView):
@@ -136,7 +143,9 @@ class SubscriptionCreateApi(TenantApiView):
         subscription, secret = subscription_create(tenant_id=self.tenant_id, data=data)
         # Just created: no deliveries yet, so no figures to read.
         body = {**subscription_representation(subscription, request=request), "secret": secret}
-        return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["links"]["self"]})
+        return Response(
+            body, status=status.HTTP_201_CREATED, headers={"Location": body["links"]["self"], **SECRET_HEADERS}
+        )
 
 
 class SubscriptionsApi(SubscriptionListApi, SubscriptionCreateApi):
@@ -211,19 +220,24 @@ class SubscriptionRotateSecretApi(TenantApiView):
         _, secret = subscription_rotate_secret(
             tenant_id=self.tenant_id, subscription_id=_id(subscription_id, "Subscription")
         )
-        return Response({"secret": secret})
+        return Response({"secret": secret}, headers=SECRET_HEADERS)
 
 
 class SubscriptionTestApi(TenantApiView):
+    throttle_classes = [PingThrottle]
+
     @extend_schema(
         operation_id="subscriptions_send_test",
         summary="Send a test event",
-        description="A `ServiceAgentPing` event for this subscription alone, delivered now.",
+        description=(
+            "A `ServiceAgentPing` event for this subscription alone, delivered now. At most the tenant's "
+            "`testPingsPerMinute` ceiling a minute (default 10): past it, 429 with `Retry-After`."
+        ),
         parameters=[TENANT_PARAM, SUBSCRIPTION_PARAM],
         request=None,
         responses={
             202: OpenApiResponse(ss.DeliverySerializer, description="The test event's delivery, queued."),
-            **_problems(401, 403, 404),
+            **_problems(401, 403, 404, 429),
         },
     )
     def post(self, request: Request, tenant_id: str, subscription_id: str) -> Response:

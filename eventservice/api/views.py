@@ -30,6 +30,7 @@ from eventservice.api.base import (
 )
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
 from eventservice.api.parsers import JSONParser
+from eventservice.api.throttles import SubmissionThrottle
 from execution.selectors import attempts_for_call
 from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.models import ServiceCall
@@ -59,6 +60,7 @@ def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
         404: "No such tenant or call for this caller.",
         409: "Idempotency key reused with a different payload.",
         413: "Request body too large.",
+        429: "Past the tenant's submissions ceiling (`Retry-After` says when to try again).",
     }
     return {
         (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
@@ -152,7 +154,10 @@ class ServiceCallListApi(TenantApiView):
 
 
 class ServiceCallSubmitApi(TenantApiView):
-    """POST a new call: 202 (created), 200 (idempotent replay), 409 (key reused differently)."""
+    """POST a new call: 202 (created), 200 (idempotent replay), 409 (key reused differently),
+    429 past the tenant's submissions ceiling."""
+
+    throttle_classes = [SubmissionThrottle]
 
     @extend_schema(
         operation_id="service_calls_submit",
@@ -171,7 +176,7 @@ class ServiceCallSubmitApi(TenantApiView):
         responses={
             202: OpenApiResponse(s.ServiceCallSerializer, description="Accepted; `Location` names the call."),
             200: OpenApiResponse(s.ServiceCallSerializer, description="The call stored earlier under this key."),
-            **_problems(400, 401, 403, 404, 409, 413),
+            **_problems(400, 401, 403, 404, 409, 413, 429),
         },
     )
     def post(self, request: Request, tenant_id: str) -> Response:
@@ -248,6 +253,7 @@ class ServiceCallRerunApi(TenantApiView):
     # clients and form posts do) still runs it now, and its fields get the same checks. JSON is
     # the documented body.
     parser_classes = [JSONParser, FormParser, MultiPartParser]
+    throttle_classes = [SubmissionThrottle]
 
     @extend_schema(
         operation_id="service_calls_rerun",
@@ -262,7 +268,7 @@ class ServiceCallRerunApi(TenantApiView):
         ),
         responses={
             202: OpenApiResponse(s.ServiceCallSerializer, description="The new call; `Location` names it."),
-            **_problems(400, 401, 403, 404, 413),
+            **_problems(400, 401, 403, 404, 413, 429),
         },
     )
     def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:

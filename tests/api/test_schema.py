@@ -58,7 +58,7 @@ def test_operations_document_their_problem_responses(db):
     paths = _schema()["paths"]
     submit_op = paths["/api/tenants/{tenant_id}/service-calls"]["post"]
 
-    assert set(submit_op["responses"]) == {"200", "202", "400", "401", "403", "404", "409", "413"}
+    assert set(submit_op["responses"]) == {"200", "202", "400", "401", "403", "404", "409", "413", "429"}
     assert "application/problem+json" in submit_op["responses"]["400"]["content"]
     list_op = paths["/api/tenants/{tenant_id}/service-calls"]["get"]
     names = {p["name"] for p in list_op["parameters"]}

@@ -22,7 +22,7 @@ OPERATIONS = {
         "403",
         "404",
     },
-    ("/api/tenants/{tenant_id}/subscriptions/{subscription_id}/test", "post"): {"202", "401", "403", "404"},
+    ("/api/tenants/{tenant_id}/subscriptions/{subscription_id}/test", "post"): {"202", "401", "403", "404", "429"},
     ("/api/tenants/{tenant_id}/subscriptions/{subscription_id}/recover", "post"): {
         "200",
         "400",

@@ -1,5 +1,5 @@
 """The flow-control settings page: the current tenant's limits, shown and edited, with how many
-of its calls wait for them now (docs/flow-control.md). Thin: orchestration.flow checks the
+of its calls wait for them now and the operator's ceilings they stay under (docs/flow-control.md). Thin: orchestration.flow checks the
 limits exactly as for the API, orchestration.admission stores them.
 
 Host rows are plain numbered inputs (no script): the page offers the saved hosts and a few
@@ -20,8 +20,9 @@ from django.views.decorators.http import require_http_methods
 
 from core.errors import ValidationFailed
 from eventservice.dashboard.tenancy import tenant_required
-from orchestration.admission import flow_control_set, flow_limits_get, held_count
+from orchestration.admission import flow_control_set, flow_limits_effective, flow_limits_get, held_count
 from orchestration.flow import MAX_HOSTS, MAX_PARALLELISM, MAX_RATE, MIN_RATE, FlowLimits, validate_flow_control
+from tenants.selectors import tenant_ceilings_get
 
 EMPTY_HOST_ROWS = 3
 # A host's row in the wire errors: hosts["api.example.com"] or hosts["api.example.com"].parallelism
@@ -92,6 +93,9 @@ def flow_control_page(request: HttpRequest) -> HttpResponse:
         "max_hosts": MAX_HOSTS,
         "errors": {},
         "host_errors": [],
+        # The operator's, shown read-only so the tenant sees why a limit holds (docs/flow-control.md).
+        "ceilings": tenant_ceilings_get(tenant_id=tenant_id),
+        "effective": flow_limits_effective(tenant_id=tenant_id).tenant,
     }
     if request.method == "GET":
         limits = flow_limits_get(tenant_id=tenant_id)
@@ -105,6 +109,8 @@ def flow_control_page(request: HttpRequest) -> HttpResponse:
         limits = validate_flow_control(wire)
         if problems:
             raise ValidationFailed({"hosts": problems})
+        # Refuses limits past the operator's ceilings, naming the field, and stores nothing.
+        flow_control_set(tenant_id=tenant_id, limits=limits)
     except ValidationFailed as exc:
         by_host = {row["host"].lower(): row for row in rows}
         for name, found in exc.errors.items():
@@ -124,6 +130,5 @@ def flow_control_page(request: HttpRequest) -> HttpResponse:
             invalid=True,
         )
         return render(request, "dashboard/flow_control.html", context, status=400)
-    flow_control_set(tenant_id=tenant_id, limits=limits)
     messages.success(request, "Flow-control limits saved." if limits.limited else "Flow control is off: no limits.")
     return HttpResponseRedirect(reverse("dashboard:flow-control"))

@@ -1,0 +1,94 @@
+"""The request ceilings of the API (docs/flow-control.md, "Operator ceilings"): DRF throttles
+whose rate is the tenant's ceiling, counted in the shared `limits` cache (the database, or Redis
+with CACHE_URL) so that they hold across web processes and hosts. Over a ceiling the API answers
+429 problem+json with `Retry-After` (eventservice.api.errors).
+
+Each counts one caller as one tenant: a submission is counted per API key (per login for a
+browser session) and tenant, a test ping per tenant. They run once the caller is known to act
+for the tenant (eventservice.api.base.TenantApiView), so a stranger is refused with 404 before
+any count, and never sees another tenant's ceiling. DRF's count is a sliding window kept as a
+list of times: two processes answering the same key in the same millisecond may both pass, so
+a ceiling can be passed by the number of web threads at most, never more.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from django.core.cache import caches
+from rest_framework.exceptions import Throttled
+from rest_framework.request import Request
+from rest_framework.throttling import SimpleRateThrottle
+
+from tenants.authentication import ApiKeyPrincipal
+from tenants.selectors import tenant_ceilings_get
+
+
+class CeilingThrottle(SimpleRateThrottle):
+    """A throttle whose rate is one of the tenant's ceilings, for the methods named."""
+
+    methods: frozenset[str] = frozenset({"POST"})
+    # The window of the ceiling, in seconds.
+    window: int = 1
+
+    def __init__(self) -> None:  # no THROTTLE_RATES lookup: the rate is the tenant's
+        self.rate = None
+
+    @property
+    def cache(self) -> Any:  # type: ignore[override]
+        return caches["limits"]
+
+    # What the ceiling counts, for the 429's detail: "{n} submissions a second per API key".
+    counted: str = ""
+
+    def ceiling(self, tenant_id: str) -> int:
+        raise NotImplementedError
+
+    def throttle_failure(self) -> bool:
+        wait = self.wait()
+        raise Throttled(
+            wait=wait,
+            detail=(
+                f"At most {self.counted.format(n=self.num_requests)} for this tenant (the operator's ceiling); "
+                f"try again in {max(1, math.ceil(wait or 1))} s."
+            ),
+        )
+
+    def who(self, request: Request) -> str:
+        return "tenant"
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        return f"ceiling:{self.scope}:{view.tenant_id}:{self.who(request)}"
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        if request.method not in self.methods:
+            return True
+        self.num_requests, self.duration = self.ceiling(view.tenant_id), self.window
+        self.rate = f"{self.num_requests}/{self.window}s"
+        return super().allow_request(request, view)
+
+
+class SubmissionThrottle(CeilingThrottle):
+    """POST .../service-calls and .../rerun: `submissionsPerSecond` per API key (per login)."""
+
+    scope = "submissions"
+    counted = "{n} submissions a second per API key"
+
+    def ceiling(self, tenant_id: str) -> int:
+        return tenant_ceilings_get(tenant_id=tenant_id).submissions_per_second
+
+    def who(self, request: Request) -> str:
+        user = request.user
+        return user.pk if isinstance(user, ApiKeyPrincipal) else f"user:{user.pk}"
+
+
+class PingThrottle(CeilingThrottle):
+    """POST .../subscriptions/{id}/test: `testPingsPerMinute` per tenant."""
+
+    scope = "test-pings"
+    window = 60
+    counted = "{n} test pings a minute"
+
+    def ceiling(self, tenant_id: str) -> int:
+        return tenant_ceilings_get(tenant_id=tenant_id).test_pings_per_minute
