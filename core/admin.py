@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from django.http import HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 
 from core.secrets import redact_headers
@@ -15,3 +18,16 @@ def headers_table(headers) -> str:
         "<table>{}</table>",
         format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", pairs),
     )
+
+
+def shown_once_response(request, *, context: dict, title: str, secret: str, next_url: str) -> HttpResponse:
+    """The page after an admin add that made a secret (an API key, a webhook's signing secret):
+    the secret shown this once, in this response alone. Not an admin message: messages rest in
+    the session table (SessionStorage) until the next page is loaded, readable by anyone who
+    reads the database; and answered with Cache-Control: no-store, so no cache keeps it either
+    (docs/security.md, "Secrets shown once")."""
+    response = TemplateResponse(
+        request, "admin/shown_once.html", {**context, "title": title, "secret": secret, "next_url": next_url}
+    )
+    add_never_cache_headers(response)
+    return response

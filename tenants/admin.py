@@ -11,7 +11,9 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Count
+from django.urls import reverse
 
+from core.admin import shown_once_response
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.selectors import tenant_ids_for_user
 from tenants.services import api_key_create, api_key_revoke, membership_add, tenant_create
@@ -198,10 +200,19 @@ class ApiKeyAdmin(TenantScopedAdmin):
         key, raw = api_key_create(tenant_id=obj.tenant_id, label=obj.label)
         for field in ("pk", "prefix", "key_hash", "created_at"):
             setattr(obj, field, getattr(key, field))
-        # The raw key exists only in this response; it is not stored anywhere.
-        messages.warning(
+        # The raw key exists only in this response (response_add); it is not stored anywhere.
+        request.shown_once = raw
+
+    def response_add(self, request, obj, post_url_continue=None):
+        raw = getattr(request, "shown_once", None)
+        if raw is None:
+            return super().response_add(request, obj, post_url_continue)
+        return shown_once_response(
             request,
-            f"New API key for tenant {key.tenant_id}: {raw} — copy it now, it will not be shown again.",
+            context=self.admin_site.each_context(request),
+            title=f"New API key for tenant {obj.tenant_id}",
+            secret=raw,
+            next_url=reverse("admin:tenants_apikey_change", args=[obj.pk]),
         )
 
     @admin.action(description="Revoke selected API keys", permissions=["change"])

@@ -151,3 +151,9 @@ def test_a_tenant_has_at_most_max_subscriptions_per_tenant_and_operator_wide_one
         tenant_id=None, data=validate_subscription({"name": "ops", "url": HOOK}, operator=True)
     )
     assert operator_wide.tenant_id is None
+
+
+def test_the_answer_that_carries_the_secret_is_kept_by_no_cache(acme_api):
+    response = acme_api.post(subscriptions_url(), {"name": "Billing hook", "url": HOOK})
+    assert response.status_code == 201 and response.json()["secret"].startswith("whsec_")
+    assert response["Cache-Control"] == "no-store"

@@ -190,3 +190,10 @@ def test_operations_on_an_unknown_or_malformed_subscription_are_404(acme_api, wo
         payload = {"since": "2024-01-01T00:00:00Z"} if suffix == "/recover" else None
         assert_problem(acme_api.post(subscription_url(subscription_id, suffix=suffix), payload), 404)
     assert not Notification.objects.exists()
+
+
+def test_the_rotate_answer_that_carries_the_secret_is_kept_by_no_cache(acme_api, world):
+    subscription, _ = make_subscription("acme")
+    response = acme_api.post(subscription_url(subscription.pk, suffix="/rotate-secret"))
+    assert response.status_code == 200 and response.json()["secret"].startswith("whsec_")
+    assert response["Cache-Control"] == "no-store"

@@ -64,7 +64,9 @@ def test_rotating_the_secret_shows_the_new_one_once_and_the_old_one_keeps_signin
     response = owner_client.post(_url(subscription, "rotate-secret"))
 
     assert response.status_code == 302 and response["Location"] == _url(subscription)
-    html = owner_client.get(response["Location"]).content.decode()
+    page = owner_client.get(response["Location"])
+    assert "no-store" in page["Cache-Control"]  # the page that carries the secret
+    html = page.content.decode()
     [new_secret] = SECRET.findall(html)
     subscription.refresh_from_db()
     assert new_secret != old_secret
