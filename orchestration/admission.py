@@ -345,7 +345,6 @@ def admit(rows: list[ServiceCall], *, now: datetime) -> tuple[list[ServiceCall],
     if not by_tenant:
         return rows, now, {}
     tenant_ids = sorted(by_tenant)
-    _ensure_rows([t for t in tenant_ids if t not in limited])
     controls = {
         control.tenant_id: control
         for control in FlowControl.objects.select_for_update(skip_locked=True).filter(pk__in=tenant_ids).order_by("pk")
@@ -355,6 +354,14 @@ def admit(rows: list[ServiceCall], *, now: datetime) -> tuple[list[ServiceCall],
         # Skipped rows are locked by another start deciding for the same tenant: its calls
         # wait for the flow loop rather than this start waiting for that transaction.
         busy = {c.tenant_id: c for c in FlowControl.objects.filter(pk__in=set(tenant_ids) - set(controls))}
+    rowless = [t for t in tenant_ids if t not in controls and t not in busy and (everyone or t in capped)]
+    if rowless:
+        # Only the operator's ceilings limit them, and they have no row yet: made, then locked.
+        _ensure_rows(rowless)
+        controls.update(
+            (control.tenant_id, control)
+            for control in FlowControl.objects.select_for_update(skip_locked=True).filter(pk__in=rowless).order_by("pk")
+        )
     now = utcnow()
     admitted = [row for row in rows if row.tenant_id not in by_tenant]
     later: dict[uuid.UUID, datetime] = {}
@@ -383,17 +390,13 @@ def admit(rows: list[ServiceCall], *, now: datetime) -> tuple[list[ServiceCall],
 def _ensure_rows(tenant_ids: list[str]) -> None:
     """A flow_controls row for each tenant whose calls only the operator's ceilings limit: the
     row the start locks and keeps the rate state in. Made once per tenant (ON CONFLICT DO
-    NOTHING: a start racing another's insert waits for it that once); no write when present."""
-    if not tenant_ids:
-        return
-    missing = set(tenant_ids) - set(FlowControl.objects.filter(pk__in=tenant_ids).values_list("pk", flat=True))
-    if missing:
-        now = utcnow()
-        FlowControl.objects.bulk_create(
-            [FlowControl(tenant_id=t, updated_at=now, hosts={}, host_tats={}) for t in sorted(missing)],
-            ignore_conflicts=True,
-        )
-        forget_limited_tenants()
+    NOTHING: a start racing another's insert waits for it that once)."""
+    now = utcnow()
+    FlowControl.objects.bulk_create(
+        [FlowControl(tenant_id=t, updated_at=now, hosts={}, host_tats={}) for t in sorted(tenant_ids)],
+        ignore_conflicts=True,
+    )
+    forget_limited_tenants()
 
 
 def _decide(

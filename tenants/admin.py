@@ -8,15 +8,18 @@ the product's are superusers' only: eventservice/admin.py.
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Count
 from django.urls import reverse
 
 from core.admin import shown_once_response
-from tenants.models import ApiKey, Membership, Tenant
+from core.errors import ValidationFailed
+from tenants.ceilings import BOUNDS, BY_NAME, validate_ceilings
+from tenants.models import ApiKey, Membership, Tenant, TenantCeilings
 from tenants.selectors import tenant_ids_for_user
-from tenants.services import api_key_create, api_key_revoke, membership_add, tenant_create
+from tenants.services import api_key_create, api_key_revoke, membership_add, tenant_ceilings_set, tenant_create
 
 admin.site.site_header = "Service Agent administration"
 admin.site.site_title = "Service Agent admin"
@@ -221,3 +224,60 @@ class ApiKeyAdmin(TenantScopedAdmin):
             key_ids=list(queryset.values_list("pk", flat=True)), tenant_ids=visible_tenant_ids(request)
         )
         self.message_user(request, f"Revoked {count} API key(s).", messages.SUCCESS)
+
+
+class TenantCeilingsForm(forms.ModelForm):
+    """The ceilings as the command takes them, checked by tenants.ceilings.validate_ceilings: an
+    empty field is the default setting."""
+
+    class Meta:
+        model = TenantCeilings
+        fields = ["tenant", *[bound.column for bound in BOUNDS]]
+        help_texts = {
+            bound.column: f"{bound.meaning}: {bound.range_text}; empty: the default ({bound.setting})"
+            for bound in BOUNDS
+        }
+
+    def clean(self):
+        cleaned = super().clean()
+        wire = {bound.name: cleaned.get(bound.column) for bound in BOUNDS if bound.column not in self.errors}
+        try:
+            self.changes = validate_ceilings(wire)
+        except ValidationFailed as exc:
+            for name, found in exc.errors.items():
+                bound = BY_NAME.get(name)
+                self.add_error(bound.column if bound else None, found)
+        return cleaned
+
+
+@admin.register(TenantCeilings)
+class TenantCeilingsAdmin(TenantScopedAdmin):
+    """The operator's ceilings per tenant (docs/flow-control.md, "Operator ceilings"). Staff with
+    the view permission see those of their tenants; only a superuser changes them, and always
+    through tenants.services.tenant_ceilings_set: a tenant's member never raises its own."""
+
+    form = TenantCeilingsForm
+    list_display = ("tenant", *[bound.column for bound in BOUNDS], "updated_at")
+    readonly_fields = ("updated_at",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("tenant", "updated_at") if obj is not None else ("updated_at",)
+
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def has_delete_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+    def save_model(self, request, obj, form, change):
+        tenant_ceilings_set(tenant_id=obj.tenant_id, changes=form.changes)
+
+    def delete_model(self, request, obj):
+        tenant_ceilings_set(tenant_id=obj.tenant_id, changes={bound.column: None for bound in BOUNDS})
+
+    def delete_queryset(self, request, queryset):
+        for tenant_id in list(queryset.values_list("tenant_id", flat=True)):
+            tenant_ceilings_set(tenant_id=tenant_id, changes={bound.column: None for bound in BOUNDS})

@@ -37,7 +37,16 @@ class Bound:
     floor: bool = False
 
     def describe(self, value: int | float | None) -> str:
-        return "none" if value is None else f"{value:g}"
+        return "none" if value is None else number_text(value)
+
+    @property
+    def range_text(self) -> str:
+        return f"{number_text(self.minimum)} to {number_text(self.maximum)}"
+
+
+def number_text(value: int | float) -> str:
+    """86400000 as such, 0.001 as such (not 8.64e+07)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 BOUNDS: tuple[Bound, ...] = (
@@ -146,9 +155,9 @@ def ceilings_resolve(*, stored: dict[str, Any], defaults: dict[str, Any]) -> Cei
 def _value_error(bound: Bound, value: Any) -> str | None:
     kind = "a whole number" if bound.integer else "a number"
     if isinstance(value, bool) or not isinstance(value, int | float) or (bound.integer and not isinstance(value, int)):
-        return f"Must be {kind} from {bound.minimum:g} to {bound.maximum:g}, or null for the default."
+        return f"Must be {kind} from {bound.range_text}, or null for the default."
     if not bound.minimum <= value <= bound.maximum:  # NaN and infinities fail this too
-        return f"Must be from {bound.minimum:g} to {bound.maximum:g} (or null for the default)."
+        return f"Must be from {bound.range_text} (or null for the default)."
     return None
 
 
@@ -182,8 +191,8 @@ def over_ceiling(name: str, value: int | float | None, ceiling: int | float | No
         return None
     if bound.floor:
         if value is not None and value < ceiling:
-            return f"At least {ceiling:g} for this tenant (the operator's floor, {bound.meaning})."
+            return f"At least {number_text(ceiling)} for this tenant (the operator's floor, {bound.meaning})."
         return None
     if value is not None and value > ceiling:
-        return f"At most {ceiling:g} for this tenant (the operator's ceiling: {bound.meaning})."
+        return f"At most {number_text(ceiling)} for this tenant (the operator's ceiling: {bound.meaning})."
     return None

@@ -42,6 +42,17 @@ def world(db) -> World:
     return World(acme, globex, owner, member, outsider, staff, acme_key, globex_key)
 
 
+@pytest.fixture(autouse=True)
+def _ceilings_read_afresh():
+    """Each test reads the operator's ceilings as its own database holds them, not as the
+    process's one-second copy left by the test before (tenants.selectors)."""
+    from tenants.selectors import ceilings_forget
+
+    ceilings_forget()
+    yield
+    ceilings_forget()
+
+
 @pytest.fixture
 def http_target() -> Iterator[TargetServer]:
     with serving_target() as server:

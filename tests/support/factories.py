@@ -236,3 +236,13 @@ def make_flow_control(
 
     limits = validate_flow_control({"parallelism": parallelism, "ratePerSecond": rate, "hosts": hosts or {}})
     return flow_control_set(tenant_id=tenant_id, limits=limits)
+
+
+def make_ceilings(tenant_id: str = "acme", **wire: Any) -> dict[str, Any]:
+    """The operator's ceilings for a tenant, set as the admin and the command set them
+    (validate_ceilings, then tenant_ceilings_set); `wire` by wire name: parallelism=2,
+    ratePerSecond=1.5, submissionsPerSecond=3, ..."""
+    from tenants.ceilings import validate_ceilings
+    from tenants.services import tenant_ceilings_set
+
+    return tenant_ceilings_set(tenant_id=tenant_id, changes=validate_ceilings(wire))
