@@ -6,7 +6,8 @@ header and the receive time (`time.time()`, taken once the whole body has been r
 `GET /records` answers `{"records": [[webhook-id, receive time], ...]}` in arrival order,
 every try included (a redelivery appears twice: the bench keeps the first); `GET /count`,
 `{"count": n}`, how many there are (a cheap look while the bench waits).
-It does not check signatures: it stands for a receiver's transport, not its work.
+It does not check signatures: it stands for a receiver's transport, not its work. A POST to
+`/delay/<ms>` is answered that much later (a slow receiver, bench/neighbour.py).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class Handler(BaseHTTPRequestHandler):
         received = time.time()
         with LOCK:
             RECORDS.append((self.headers.get("webhook-id") or "", received))
+        if self.path.startswith("/delay/"):
+            time.sleep(min(60_000, int(self.path.rsplit("/", 1)[1])) / 1000)
         self.send_response(204)
         self.send_header("Content-Length", "0")
         self.end_headers()

@@ -1,6 +1,6 @@
 """Service Agent benchmarks (targets: bench/README.md), beside django-q2 and Celery in the same run.
 
-    python bench/run.py [--quick] [--only lateness,drain,submission,flow,list] [--big] [--keep]
+    python bench/run.py [--quick] [--only lateness,drain,submission,flow,neighbour,list] [--big] [--keep]
                         [--database sqlite|postgres]
 
 Sets itself up in a fresh temporary DATA_DIR (SQLite, or with --database postgres a scratch
@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import agent, flow, peers, submission  # noqa: E402
+from bench import agent, flow, neighbour, peers, submission  # noqa: E402
 from bench.common import (  # noqa: E402
     NATS_URL,
     PYTHON,
@@ -51,7 +51,7 @@ from bench.common import (  # noqa: E402
 )
 from bench.database import ScratchPostgres  # noqa: E402
 
-METRICS = ("lateness", "drain", "submission", "flow", "list")
+METRICS = ("lateness", "drain", "submission", "flow", "neighbour", "list")
 DATABASES = ("sqlite", "postgres")
 # The target on the agent workers' CPU per drained call: below the figure of the issue's day.
 CPU_PER_DRAINED_CALL_MS = 3.9
@@ -85,6 +85,8 @@ FULL = {
     "flow_calls": 300,
     "flow_backlog": 1000,
     "flow_spread": 5.0,
+    "neighbour_calls": 100,
+    "neighbour_spread": 4.0,
     "idle_seconds": 5.0,
 }
 QUICK = {
@@ -110,6 +112,8 @@ QUICK = {
     "flow_calls": 100,
     "flow_backlog": 300,
     "flow_spread": 3.0,
+    "neighbour_calls": 40,
+    "neighbour_spread": 3.0,
 }
 BIG = {"list_calls": 1_000_000}
 
@@ -288,6 +292,14 @@ class Run:
                     backlog=s["flow_backlog"],
                     spread=s["flow_spread"],
                     lead=s["lateness_lead"],
+                )
+            if "neighbour" in self.only:  # last: its neighbour's slow calls stay out for 20 s
+                self.results["agent"]["neighbour"] = neighbour.noisy_neighbour(
+                    children=self.children,
+                    env=self.env,
+                    url=self.target_url,
+                    count=s["neighbour_calls"],
+                    spread=s["neighbour_spread"],
                 )
         finally:
             self.children.stop(workers)
@@ -488,7 +500,7 @@ class Run:
         self.setup()
         if "drain" in self.only:
             self.phase("bare", self.bare)
-        if self.only & {"lateness", "drain", "submission", "flow"}:
+        if self.only & {"lateness", "drain", "submission", "flow", "neighbour"}:
             self.phase("agent", self.agent_phase)
         if self.only & {"lateness", "drain"} and not self.args.skip_peers:
             self.phase("celery", self.celery_phase)
@@ -558,6 +570,10 @@ def post_verdict(rate: float | None, floor_rate: float | None) -> str:
         ok = rate >= POST_FLOOR_SHARE * floor_rate and rate >= POST_RATE
         return verdict(ok, f"{share} and ≥ {POST_RATE}/s (floor > {POST_RATE_FLOOR_ABOVE}/s)")
     return verdict(rate >= POST_FLOOR_SHARE * floor_rate, f"{share} (floor ≤ {POST_RATE_FLOOR_ABOVE}/s)")
+
+
+def _p50_p99(summary: dict) -> str:
+    return f"{fmt(summary.get('p50'))} / {fmt(summary.get('p99'))}"
 
 
 def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
@@ -820,6 +836,18 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             f"flow: limited tenant's starts/s (limit {f['limits']['ratePerSecond']}/s)",
             get(f, "limited_starts_per_second"),
         )
+    if a.get("neighbour"):
+        nn = a["neighbour"]
+        for figure, label in (("lateness_ms", "lateness"), ("delivery_lag_ms", "delivery lag")):
+            alone, beside = get(nn, "alone", figure, "p99"), get(nn, "beside", figure, "p99")
+            add(f"noisy neighbour: quiet tenant's {label} p50 / p99, alone (ms)", _p50_p99(nn["alone"][figure]))
+            add(
+                "noisy neighbour: … beside a tenant filling its share (ms)",
+                _p50_p99(nn["beside"][figure]),
+                target=verdict(
+                    None if beside is None or alone is None else beside <= alone + 100, "p99 within 100 ms of alone"
+                ),
+            )
     if lst:
         calls = lst["calls"]
         labels = {"one_tag": "1 tag", "two_tags": "2 tags", "favorite": "favorite", "status": "status"}
@@ -909,6 +937,13 @@ def render(results: dict) -> str:
             f"flow: {flow_result['calls']} calls of one tenant due over {results['sizes']['flow_spread']:.0f}s, alone, "
             f"then while another tenant limited to {flow_result['limits']} has {flow_result['backlog']} calls due at "
             f"once ({flow_result['held_at_window_end']} still held when the window ended)"
+        )
+    nn = results["agent"].get("neighbour")
+    if nn:
+        notes.append(
+            f"noisy neighbour: {nn['calls']} calls of a quiet tenant, each with its four events to a webhook, "
+            f"alone, then beside a tenant with {nn['noisy_calls']} calls to a 20 s target and eight subscriptions "
+            f"to a 14 s receiver, pinged (bench/neighbour.py)"
         )
     delivery = get(results, "agent", "drain", "delivery")
     if delivery:

@@ -1,4 +1,5 @@
-"""The benchmark's HTTP target: small JSON answers, HTTP/1.1 keep-alive, 127.0.0.1 only.
+"""The benchmark's HTTP target: small JSON answers, HTTP/1.1 keep-alive, 127.0.0.1 only;
+`/delay/<ms>` answers after that many milliseconds (a slow target, bench/neighbour.py).
 
 Run as its own process (`python bench/target.py`); it prints its port on the first line of
 stdout and serves until SIGTERM.
@@ -9,9 +10,16 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BODY = b'{"ok":true,"service":"bench-target"}'
+
+
+def delay_ms(path: str) -> None:
+    """Sleep as `/delay/<ms>` asks (at most a minute)."""
+    if path.startswith("/delay/"):
+        time.sleep(min(60_000, int(path.rsplit("/", 1)[1])) / 1000)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -27,6 +35,7 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length:
             self.rfile.read(length)
+        delay_ms(self.path)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(BODY)))
