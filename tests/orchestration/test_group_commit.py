@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, OperationalError, connection, transaction
 
-from core import db
 from core.db import GROUP_COMMIT_MAX, group_commit
+from core.db import transactions as db
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.services import service_call_submit
 from outbox.models import OutboxEvent
