@@ -126,7 +126,7 @@ def test_the_same_idempotency_key_with_another_payload_conflicts_and_stores_noth
 
 
 def test_a_key_stored_by_a_racing_request_answers_its_call_and_this_transaction_leaves_nothing(world, monkeypatch):
-    from orchestration import services
+    from orchestration.services import submit as services
 
     first, _ = service_call_submit(
         tenant_id="acme", submission=make_submission(idempotency_key="k-1"), correlation_id="x"
