@@ -40,7 +40,7 @@ from delivery.services import (
     subscription_update,
 )
 from delivery.validation import validate_subscription
-from eventservice.dashboard.forms import RecoverForm, SubscriptionEnabledForm, SubscriptionForm
+from eventservice.dashboard.subscription_forms import RecoverForm, SubscriptionEnabledForm, SubscriptionForm
 from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.views.common import redirect_back
 
