@@ -1,39 +1,11 @@
-/* New schedule page: header rows, and a live preview of the next runs in the chosen time zone,
-   asked from the API's preview (the session works there; a GET needs no CSRF token) as the
-   user types. Without JavaScript the form still works; the page shows the preview after a
-   submit that needs correcting. */
+/* New schedule page: a live preview of the next runs in the chosen time zone, asked from the
+   API's preview (the session works there; a GET needs no CSRF token) as the user types; the
+   request itself is request_spec.js's editor. Without JavaScript the form still works; the page
+   shows the preview after a submit that needs correcting. */
 (function () {
   "use strict";
 
-  var SECRET = /authorization|cookie|token|secret|key|password/i;
   var DELAY_MS = 250;
-
-  function bindHeaderRows(form) {
-    var tbody = form.querySelector("#header-rows tbody");
-    var template = document.getElementById("header-row-template");
-    var addButton = document.getElementById("add-header-row");
-    if (!tbody || !template || !addButton) return;
-    addButton.addEventListener("click", function () {
-      tbody.appendChild(template.content.cloneNode(true));
-      var rows = tbody.querySelectorAll("tr");
-      rows[rows.length - 1].querySelector("input").focus();
-    });
-    tbody.addEventListener("click", function (event) {
-      var button = event.target.closest(".remove-row");
-      if (!button) return;
-      var row = button.closest("tr");
-      if (tbody.querySelectorAll("tr").length > 1) {
-        row.remove();
-      } else {
-        row.querySelectorAll("input").forEach(function (input) { input.value = ""; });
-      }
-    });
-    tbody.addEventListener("input", function (event) {
-      if (event.target.name !== "header_name") return;
-      var value = event.target.closest("tr").querySelector("input[name=header_value]");
-      value.type = SECRET.test(event.target.value) ? "password" : "text";
-    });
-  }
 
   /* "Sun 28 Mar 2027, 03:00 CEST": the run as the schedule's zone shows it. */
   function localText(iso, zone) {
@@ -122,7 +94,7 @@
   document.addEventListener("DOMContentLoaded", function () {
     var form = document.getElementById("schedule-form");
     if (!form) return;
-    bindHeaderRows(form);
+    SA.bindRequestSpec(form);
     bindPreview(form);
   });
 })();
