@@ -1,5 +1,5 @@
 """The delivery claim's candidates come from a statement written once per process
-(delivery.services._due_rows), not compiled by the ORM on every claim. It must pick exactly the
+(delivery.services.claims._due_rows), not compiled by the ORM on every claim. It must pick exactly the
 rows, in exactly the order, of the ORM query it replaces, over every case the claim knows:
 leases running and run out, tries not yet due, finished notifications, a disabled
 subscription, subscriptions left out for their cap, and later events behind an open earlier one."""
@@ -20,13 +20,13 @@ from delivery.selectors import OPEN_STATES, notifications_due_exist
 from delivery.services import (
     LEASE,
     SendResult,
-    _due_rows,
     lease_length,
     notifications_claim,
     notifications_record,
     subscription_create,
     subscription_send_test,
 )
+from delivery.services.claims import _due_rows
 from delivery.validation import SubscriptionInput
 from outbox.dispatcher import dispatch_batch
 from tests.support.factories import make_call

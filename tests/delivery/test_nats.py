@@ -573,10 +573,11 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
 ):
     """A claim's NATS notifications go out as one batch: each is stored once with its event's
     id as Nats-Msg-Id and its envelope as payload, each recorded with its own try's result."""
+    from delivery.envelopes import event_body
     from delivery.models import DeliveryAttempt, Notification, Subscription
     from delivery.runner import Deliverer
     from delivery.senders import nats_publisher
-    from delivery.services import event_body, subscription_create, subscription_send_test
+    from delivery.services import subscription_create, subscription_send_test
     from delivery.validation import SubscriptionInput
 
     settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name

@@ -11,11 +11,11 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from core.ids import utcnow
+from delivery.envelopes import event_body
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.senders import webhook_signature
 from delivery.services import (
     GONE_REASON,
-    event_body,
     new_webhook_secret,
     notifications_fan_out,
     subscription_create,
@@ -290,7 +290,7 @@ def test_the_fan_outs_subscriptions_are_the_orm_querys(world):
     from django.db.models import Q
 
     from delivery.models import Subscription
-    from delivery.services import _fan_out_subscriptions
+    from delivery.services.fanout import _fan_out_subscriptions
 
     webhook("http://127.0.0.1:9/a", tenant_id="acme", event_types=("ServiceCallSucceeded", "ServiceCallFailed"))
     webhook("http://127.0.0.1:9/b", tenant_id="globex")

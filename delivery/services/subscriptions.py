@@ -1,0 +1,175 @@
+"""Subscriptions: made, changed, deleted, their signing secrets rotated (docs/events.md)."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from core.errors import NotFound, ValidationFailed
+from core.ids import new_id, utcnow
+from core.secrets import seal_value
+from delivery.models import Notification, Subscription
+from delivery.validation import SubscriptionInput
+from tenants.models import Tenant
+from tenants.selectors import tenant_ceilings_get
+
+# The previous secret keeps signing this long after a rotation (receivers roll their config).
+ROTATION_OVERLAP = timedelta(hours=24)
+
+
+def new_webhook_secret() -> str:
+    """`whsec_` + base64 of 32 random bytes (Standard Webhooks)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tuple[Subscription, str | None]:
+    """A subscription (webhook: with a new secret, returned once and stored sealed). A tenant has
+    at most its `subscriptions` ceiling (docs/flow-control.md,
+    "Operator ceilings"); operator-wide ones are not limited."""
+    now = utcnow()
+    secret = new_webhook_secret() if data.kind == Subscription.Kind.WEBHOOK else None
+    with transaction.atomic():
+        if tenant_id is not None:
+            # The tenant's row, locked: two creates never both take the last place.
+            list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
+            limit = tenant_ceilings_get(tenant_id=tenant_id).subscriptions
+            if Subscription.objects.filter(tenant_id=tenant_id).count() >= limit:
+                raise ValidationFailed(
+                    {
+                        "body": [
+                            f"A tenant may have at most {limit} subscriptions (the operator's ceiling for this "
+                            "tenant): delete one first."
+                        ]
+                    }
+                )
+        subscription = Subscription.objects.create(
+            subscription_id=new_id(),
+            tenant_id=tenant_id,
+            kind=data.kind,
+            name=data.name,
+            url=data.url or "",
+            subject_template=data.subject_template or "",
+            event_types=list(data.event_types or []),
+            enabled=True if data.enabled is None else data.enabled,
+            secret=seal_value(secret) if secret else None,
+            created_at=now,
+            updated_at=now,
+        )
+    return subscription, secret
+
+
+def locked_subscription(tenant_id: str | None, subscription_id: uuid.UUID | str) -> Subscription:
+    """The subscription of `tenant_id` (None: an operator-wide one), locked for the caller's
+    transaction; NotFound when there is none."""
+    rows = Subscription.objects.filter(pk=subscription_id)
+    rows = rows.filter(tenant__isnull=True) if tenant_id is None else rows.filter(tenant_id=tenant_id)
+    subscription = rows.select_for_update().first()
+    if subscription is None:
+        raise NotFound(f"Subscription {subscription_id} not found.")
+    return subscription
+
+
+def subscription_update(
+    *, tenant_id: str | None, subscription_id: uuid.UUID | str, data: SubscriptionInput
+) -> Subscription:
+    """Change what `data` names (None: unchanged). Enabling clears the disabled reason and the
+    failing streak; what failed meanwhile stays FAILED/EXPIRED until `subscription_recover`.
+    The notifications that waited while it was disabled are delivered, except those of events
+    older than EVENT_DELIVERY_EXPIRY: they are EXPIRED (recoverable like any other)."""
+    with transaction.atomic():
+        subscription = locked_subscription(tenant_id, subscription_id)
+        if data.url is not None and subscription.kind != Subscription.Kind.WEBHOOK:
+            raise ValidationFailed({"url": ["Only webhook subscriptions have a URL."]})
+        if data.subject_template is not None and subscription.kind != Subscription.Kind.NATS:
+            raise ValidationFailed({"subjectTemplate": ["Only NATS subscriptions have a subject template."]})
+        for field in ("name", "url", "subject_template", "event_types"):
+            value = getattr(data, field)
+            if value is not None:
+                setattr(subscription, field, list(value) if field == "event_types" else value)
+        if data.enabled is not None and data.enabled != subscription.enabled:
+            subscription.enabled = data.enabled
+            if data.enabled:
+                subscription.disabled_reason = ""
+                subscription.failing_since = None
+                _expire_waiting(subscription)
+            else:
+                subscription.disabled_reason = "disabled by a user"
+        subscription.updated_at = utcnow()
+        subscription.save()
+    return subscription
+
+
+# The last error of a notification that waited too long for its subscription to be enabled.
+EXPIRED_WHILE_DISABLED = "expired while the subscription was disabled"
+
+
+def _expire_waiting(subscription: Subscription) -> int:
+    """EXPIRE the open notifications of `subscription` whose event is older than the delivery
+    expiry (none is out on a try: a disabled subscription's are not claimed, and a lease still
+    running is left to its result). Returns how many."""
+    now = utcnow()
+    return (
+        Notification.objects.filter(
+            subscription=subscription,
+            next_attempt_at__isnull=False,  # open: PENDING or FAILED
+            event_created_at__lt=now - timedelta(seconds=settings.EVENT_DELIVERY_EXPIRY),
+        )
+        .filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now))
+        .update(
+            state=Notification.State.EXPIRED,
+            next_attempt_at=None,
+            locked_until=None,
+            claimed_by=None,
+            last_error=EXPIRED_WHILE_DISABLED,
+            updated_at=now,
+        )
+    )
+
+
+def subscription_delete(*, tenant_id: str | None, subscription_id: uuid.UUID | str) -> None:
+    """Delete it with its notifications and attempts (nothing more is sent to it)."""
+    with transaction.atomic():
+        locked_subscription(tenant_id, subscription_id).delete()
+
+
+def subscription_rotate_secret(*, tenant_id: str | None, subscription_id: uuid.UUID | str) -> tuple[Subscription, str]:
+    """A new signing secret (returned once); the old one keeps signing for ROTATION_OVERLAP."""
+    with transaction.atomic():
+        subscription = locked_subscription(tenant_id, subscription_id)
+        if subscription.kind != Subscription.Kind.WEBHOOK:
+            raise ValidationFailed({"kind": ["Only webhook subscriptions have a signing secret."]})
+        secret = new_webhook_secret()
+        now = utcnow()
+        subscription.previous_secret = subscription.secret
+        subscription.previous_secret_until = now + ROTATION_OVERLAP
+        subscription.secret = seal_value(secret)
+        subscription.updated_at = now
+        subscription.save()
+    return subscription, secret
+
+
+def nats_subscription_ensure() -> Subscription | None:
+    """With NATS_URL set, the operator-wide NATS subscription for every event type (created when
+    missing; an operator may narrow or disable it in the admin, which is kept)."""
+    if not settings.NATS_URL:
+        return None
+    with transaction.atomic():
+        existing = Subscription.objects.filter(tenant__isnull=True, kind=Subscription.Kind.NATS).first()
+        if existing is not None:
+            return existing
+        now = utcnow()
+        return Subscription.objects.create(
+            subscription_id=new_id(),
+            tenant=None,
+            kind=Subscription.Kind.NATS,
+            name="NATS JetStream",
+            subject_template=settings.NATS_SUBJECT_TEMPLATE,
+            created_at=now,
+            updated_at=now,
+        )
