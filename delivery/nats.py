@@ -1,8 +1,7 @@
-"""NATS JetStream for event delivery (docs/events.md): subject templates, and a publisher that
-blocking worker threads share.
+"""NATS JetStream for event delivery (docs/events.md): a publisher that blocking worker threads
+share. The subject rules it sends on are delivery/nats_subjects.py (re-exported here).
 
-The first half is pure rules (what the API and admin need to validate a template); the second
-is transport: one asyncio loop in a daemon thread of its own, one nats-py connection that
+Transport: one asyncio loop in a daemon thread of its own, one nats-py connection that
 reconnects by itself, and `publish()` that blocks the calling thread until the stream's ack.
 """
 
@@ -14,7 +13,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import CancelledError as FutureCancelledError
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -25,114 +24,40 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 from nats.js.api import Header, PubAck, StreamConfig
 
+from delivery.nats_subjects import (
+    DEFAULT_STREAM_SUBJECTS,
+    DEFAULT_SUBJECT_TEMPLATE,
+    PLACEHOLDERS,
+    SUBJECT_TEMPLATE_MAX_LENGTH,
+    subject_covers,
+    subject_for,
+    valid_msg_id,
+    validate_subject_template,
+)
+
+__all__ = [
+    "DEFAULT_STREAM",
+    "DEFAULT_STREAM_SUBJECTS",
+    "DEFAULT_SUBJECT_TEMPLATE",
+    "MIN_DUPLICATE_WINDOW_S",
+    "PLACEHOLDERS",
+    "SUBJECT_TEMPLATE_MAX_LENGTH",
+    "JetStreamError",
+    "JetStreamPublisher",
+    "PublishAck",
+    "subject_covers",
+    "subject_for",
+    "valid_msg_id",
+    "validate_subject_template",
+]
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_STREAM = "SERVICEAGENT"
-DEFAULT_STREAM_SUBJECTS = ("serviceagent.>",)
-DEFAULT_SUBJECT_TEMPLATE = "serviceagent.{tenantId}.{type}"
-SUBJECT_TEMPLATE_MAX_LENGTH = 200
 # The spec asks for at least ten minutes: a notification retried within that window after a
 # lost ack is stored once.
 MIN_DUPLICATE_WINDOW_S = 600
-
-# The envelope keys a template may use; a placeholder is named after its key.
-PLACEHOLDERS = ("tenantId", "type", "aggregateId")
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
-_UNSAFE_IN_TOKEN = re.compile(r"[^A-Za-z0-9_-]")
 _STREAM_NAME = re.compile(r"[A-Za-z0-9_-]{1,255}")
-_SAMPLE_ENVELOPE = {
-    "tenantId": "acme",
-    "type": "ServiceCallSucceeded",
-    "aggregateId": "0190c2a4-7b1e-7cc0-8a4e-3f1d2b9c0d11",
-}
-
-
-# --- Pure rules ---------------------------------------------------------------------------
-
-
-def subject_for(template: str, envelope: Mapping[str, Any]) -> str:
-    """The subject an event goes to: `template` with {tenantId}, {type} and {aggregateId} filled
-    in from the envelope, each value made one safe subject token (see `_token`).
-
-    Raises ValueError for an unknown or malformed placeholder, or a template whose fixed part
-    makes an invalid subject; never for the event's values, so no event is undeliverable.
-    """
-    subject = _render(template, envelope)
-    error = _subject_error(subject)
-    if error:
-        raise ValueError(error)
-    return subject
-
-
-def validate_subject_template(template: str, *, stream_subjects: Sequence[str] = DEFAULT_STREAM_SUBJECTS) -> str | None:
-    """Why a subject template is refused (one sentence for a 400), or None when it is fine."""
-    if not isinstance(template, str) or not 1 <= len(template) <= SUBJECT_TEMPLATE_MAX_LENGTH:
-        return f"the subject template must be 1 to {SUBJECT_TEMPLATE_MAX_LENGTH} characters"
-    try:
-        subject = _render(template, _SAMPLE_ENVELOPE)
-    except ValueError as error:
-        return str(error)
-    error = _subject_error(subject)
-    if error:
-        return error
-    if not any(subject_covers(pattern, subject) for pattern in stream_subjects):
-        return f"the subject {subject!r} falls outside the stream's subjects ({', '.join(stream_subjects)})"
-    return None
-
-
-def subject_covers(pattern: str, subject: str) -> bool:
-    """Whether every subject `subject` matches (it may hold wildcards itself) also matches
-    `pattern`: `serviceagent.>` covers `serviceagent.acme.*`, not `serviceagent`."""
-    have, want = pattern.split("."), subject.split(".")
-    for index, token in enumerate(have):
-        if token == ">":
-            return len(want) > index  # '>' stands for one token or more
-        if index >= len(want) or want[index] == ">":
-            return False
-        if token != "*" and token != want[index]:
-            return False
-    return len(have) == len(want)
-
-
-def _render(template: str, envelope: Mapping[str, Any]) -> str:
-    def fill(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name not in PLACEHOLDERS:
-            known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
-            raise ValueError(f"unknown placeholder {{{name}}} in the subject template (known: {known})")
-        return _token(envelope.get(name))
-
-    subject = _PLACEHOLDER.sub(fill, template)
-    if "{" in subject or "}" in subject:  # values never hold braces: _token replaced them
-        raise ValueError("unbalanced '{' or '}' in the subject template")
-    return subject
-
-
-def _token(value: Any) -> str:
-    """A value as exactly one subject token. Tenant slugs, event types and UUIDs pass unchanged;
-    anything else outside [A-Za-z0-9_-] becomes '_' ('.' would split the token, '*' and '>' are
-    wildcards, spaces end the subject), and a missing or empty value becomes '_'."""
-    if value is None or value == "":
-        return "_"
-    return _UNSAFE_IN_TOKEN.sub("_", str(value))
-
-
-def _subject_error(subject: str) -> str | None:
-    if not all(_TOKEN.fullmatch(token) for token in subject.split(".")):
-        return (
-            f"the subject {subject!r} is invalid: its dot-separated tokens must be non-empty and "
-            "use only letters, digits, '-' and '_'"
-        )
-    return None
-
-
-def valid_msg_id(msg_id: str) -> bool:
-    """Whether `msg_id` can go in a Nats-Msg-Id header: printable, no spaces, not empty."""
-    return bool(msg_id) and msg_id.isprintable() and " " not in msg_id
-
-
-# --- Transport ----------------------------------------------------------------------------
 
 
 class JetStreamError(Exception):

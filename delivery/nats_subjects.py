@@ -1,0 +1,105 @@
+"""NATS subjects for event delivery (docs/events.md): subject templates and message ids, as pure
+rules (what the API and admin need to validate a template, with no connection and no nats-py).
+The publisher that sends on them is delivery/nats.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+DEFAULT_STREAM_SUBJECTS = ("serviceagent.>",)
+DEFAULT_SUBJECT_TEMPLATE = "serviceagent.{tenantId}.{type}"
+SUBJECT_TEMPLATE_MAX_LENGTH = 200
+
+# The envelope keys a template may use; a placeholder is named after its key.
+PLACEHOLDERS = ("tenantId", "type", "aggregateId")
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+_UNSAFE_IN_TOKEN = re.compile(r"[^A-Za-z0-9_-]")
+_SAMPLE_ENVELOPE = {
+    "tenantId": "acme",
+    "type": "ServiceCallSucceeded",
+    "aggregateId": "0190c2a4-7b1e-7cc0-8a4e-3f1d2b9c0d11",
+}
+
+
+def subject_for(template: str, envelope: Mapping[str, Any]) -> str:
+    """The subject an event goes to: `template` with {tenantId}, {type} and {aggregateId} filled
+    in from the envelope, each value made one safe subject token (see `_token`).
+
+    Raises ValueError for an unknown or malformed placeholder, or a template whose fixed part
+    makes an invalid subject; never for the event's values, so no event is undeliverable.
+    """
+    subject = _render(template, envelope)
+    error = _subject_error(subject)
+    if error:
+        raise ValueError(error)
+    return subject
+
+
+def validate_subject_template(template: str, *, stream_subjects: Sequence[str] = DEFAULT_STREAM_SUBJECTS) -> str | None:
+    """Why a subject template is refused (one sentence for a 400), or None when it is fine."""
+    if not isinstance(template, str) or not 1 <= len(template) <= SUBJECT_TEMPLATE_MAX_LENGTH:
+        return f"the subject template must be 1 to {SUBJECT_TEMPLATE_MAX_LENGTH} characters"
+    try:
+        subject = _render(template, _SAMPLE_ENVELOPE)
+    except ValueError as error:
+        return str(error)
+    error = _subject_error(subject)
+    if error:
+        return error
+    if not any(subject_covers(pattern, subject) for pattern in stream_subjects):
+        return f"the subject {subject!r} falls outside the stream's subjects ({', '.join(stream_subjects)})"
+    return None
+
+
+def subject_covers(pattern: str, subject: str) -> bool:
+    """Whether every subject `subject` matches (it may hold wildcards itself) also matches
+    `pattern`: `serviceagent.>` covers `serviceagent.acme.*`, not `serviceagent`."""
+    have, want = pattern.split("."), subject.split(".")
+    for index, token in enumerate(have):
+        if token == ">":
+            return len(want) > index  # '>' stands for one token or more
+        if index >= len(want) or want[index] == ">":
+            return False
+        if token != "*" and token != want[index]:
+            return False
+    return len(have) == len(want)
+
+
+def _render(template: str, envelope: Mapping[str, Any]) -> str:
+    def fill(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in PLACEHOLDERS:
+            known = ", ".join(f"{{{p}}}" for p in PLACEHOLDERS)
+            raise ValueError(f"unknown placeholder {{{name}}} in the subject template (known: {known})")
+        return _token(envelope.get(name))
+
+    subject = _PLACEHOLDER.sub(fill, template)
+    if "{" in subject or "}" in subject:  # values never hold braces: _token replaced them
+        raise ValueError("unbalanced '{' or '}' in the subject template")
+    return subject
+
+
+def _token(value: Any) -> str:
+    """A value as exactly one subject token. Tenant slugs, event types and UUIDs pass unchanged;
+    anything else outside [A-Za-z0-9_-] becomes '_' ('.' would split the token, '*' and '>' are
+    wildcards, spaces end the subject), and a missing or empty value becomes '_'."""
+    if value is None or value == "":
+        return "_"
+    return _UNSAFE_IN_TOKEN.sub("_", str(value))
+
+
+def _subject_error(subject: str) -> str | None:
+    if not all(_TOKEN.fullmatch(token) for token in subject.split(".")):
+        return (
+            f"the subject {subject!r} is invalid: its dot-separated tokens must be non-empty and "
+            "use only letters, digits, '-' and '_'"
+        )
+    return None
+
+
+def valid_msg_id(msg_id: str) -> bool:
+    """Whether `msg_id` can go in a Nats-Msg-Id header: printable, no spaces, not empty."""
+    return bool(msg_id) and msg_id.isprintable() and " " not in msg_id
