@@ -20,8 +20,8 @@ from delivery.envelopes import WEBHOOK_MAX_BODY_BYTES, body_within
 from delivery.models import Subscription
 from delivery.services import ClaimedNotification, SendResult
 from execution.aio import sender
-from execution.http import USER_AGENT, HttpRequest
 from execution.outcomes import ErrorKind, Outcome
+from execution.wire import USER_AGENT, HttpRequest
 
 # Statuses whose Retry-After is honoured (docs/events.md, "Retries").
 _RETRY_AFTER_STATUSES = (429, 503)

@@ -57,17 +57,10 @@ from execution.egress import (
     default_port,
     parse_ip_literal,
 )
-from execution.http import (
-    HttpRequest,
-    describe_error,
-    header_refusal,
-    response_outcome,
-    scrub,
-    secret_values,
-    wire_request,
-)
+from execution.messages import describe_error, header_refusal, response_outcome, scrub, secret_values
 from execution.outcomes import ErrorKind, Outcome
 from execution.transport import POOLED_CONNECTION_MAX_IDLE_SECONDS, run_lookup, system_resolver
+from execution.wire import HttpRequest, wire_request
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The attempt log's writes. A row is committed *before* the request goes out, so after a
 crash "no row" means never sent and "row still Sending" means it may have been sent. The row
-records the headers exactly as they will be sent (execution.http.sent_headers), secret values
+records the headers exactly as they will be sent (execution.wire.sent_headers), secret values
 redacted."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from django.db import transaction
 from core.db import insert_new, update_many
 from core.ids import new_id, utcnow
 from core.secrets import redact_headers
-from execution.http import HttpRequest, sent_body, sent_headers
 from execution.models import HttpExecution
 from execution.outcomes import ErrorKind, Outcome
+from execution.wire import HttpRequest, sent_body, sent_headers
 
 REQUEST_BODY_SNIPPET = 4096
 

@@ -20,17 +20,9 @@ import requests
 
 from execution import transport
 from execution.egress import EgressPolicy, host_header
-from execution.http import (
-    USER_AGENT,
-    HttpRequest,
-    _DeadlineWatch,
-    encode_body,
-    perform,
-    sent_body,
-    sent_headers,
-    wire_request,
-)
+from execution.http import HttpRequest, _DeadlineWatch, perform
 from execution.outcomes import ErrorKind
+from execution.wire import USER_AGENT, encode_body, sent_body, sent_headers, wire_request
 from tests.support.listeners import keep_alive, listening
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from core.secrets import redact_headers
-from execution.http import USER_AGENT, HttpRequest, perform
+from execution.http import HttpRequest, perform
 from execution.models import HttpExecution
+from execution.wire import USER_AGENT
 from orchestration.services import CallKey
 from tests.support.factories import make_call
 from tests.support.listeners import listening, respond
