@@ -12,10 +12,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import ValidationFailed
-from eventservice.api import serializers as s
+from eventservice.api import service_call_serializers as s
 from eventservice.api.base import TenantApiView
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from eventservice.api.views import TENANT_PARAM
+from eventservice.api.service_calls import TENANT_PARAM
 from orchestration.admission import flow_control_set, flow_limits_effective, flow_limits_get
 from orchestration.flow import MAX_HOSTS, MAX_PARALLELISM, MAX_RATE, MIN_RATE, validate_flow_control
 from tenants.selectors import tenant_ceilings_get

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from eventservice.api import serializers as s
+from eventservice.api import service_call_serializers as s
 from schedules.representation import State
 
 NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"

@@ -18,10 +18,10 @@ from rest_framework.response import Response
 
 from core.ids import utcnow
 from eventservice.api import schedule_serializers as ss
-from eventservice.api import serializers as s
+from eventservice.api import service_call_serializers as s
 from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT, TenantApiView, keyset_page, paging_params
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from eventservice.api.views import TENANT_PARAM
+from eventservice.api.service_calls import TENANT_PARAM
 from schedules.cron import next_occurrences
 from schedules.models import Schedule
 from schedules.representation import (

@@ -19,7 +19,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import NotFound, ValidationFailed
-from eventservice.api import serializers as s
+from eventservice.api import service_call_serializers as s
 from eventservice.api.base import (
     DEFAULT_LIMIT,
     MAX_LIMIT,

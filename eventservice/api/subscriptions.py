@@ -40,12 +40,12 @@ from delivery.services import (
     subscription_update,
 )
 from delivery.validation import validate_subscription
-from eventservice.api import serializers as s
+from eventservice.api import service_call_serializers as s
 from eventservice.api import subscription_serializers as ss
 from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT, TenantApiView, keyset_page, paging_params
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from eventservice.api.service_calls import TENANT_PARAM
 from eventservice.api.throttles import PingThrottle
-from eventservice.api.views import TENANT_PARAM
 
 SUBSCRIPTION_PARAM = OpenApiParameter("subscription_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 NOTIFICATION_PARAM = OpenApiParameter(

@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from eventservice.api import flow_control, ops, schedules, schema, subscriptions, views  # noqa: F401 (schema registers the auth scheme)
+from eventservice.api import flow_control, ops, schedules, schema, service_calls, subscriptions  # noqa: F401 (schema registers the auth scheme)
 
 app_name = "api"
 
@@ -10,12 +10,12 @@ CALL = f"{TENANT}/service-calls/<str:service_call_id>"
 SUBSCRIPTION = f"{TENANT}/subscriptions/<str:subscription_id>"
 
 urlpatterns = [
-    path(f"{TENANT}/service-calls", views.ServiceCallsApi.as_view(), name="service-calls"),
-    path(CALL, views.ServiceCallDetailApi.as_view(), name="service-call-detail"),
-    path(f"{CALL}/tags", views.ServiceCallTagsApi.as_view(), name="service-call-tags"),
-    path(f"{CALL}/rerun", views.ServiceCallRerunApi.as_view(), name="service-call-rerun"),
-    path(f"{CALL}/cancel", views.ServiceCallCancelApi.as_view(), name="service-call-cancel"),
-    path(f"{TENANT}/events", views.TenantEventsApi.as_view(), name="tenant-events"),
+    path(f"{TENANT}/service-calls", service_calls.ServiceCallsApi.as_view(), name="service-calls"),
+    path(CALL, service_calls.ServiceCallDetailApi.as_view(), name="service-call-detail"),
+    path(f"{CALL}/tags", service_calls.ServiceCallTagsApi.as_view(), name="service-call-tags"),
+    path(f"{CALL}/rerun", service_calls.ServiceCallRerunApi.as_view(), name="service-call-rerun"),
+    path(f"{CALL}/cancel", service_calls.ServiceCallCancelApi.as_view(), name="service-call-cancel"),
+    path(f"{TENANT}/events", service_calls.TenantEventsApi.as_view(), name="tenant-events"),
     path(f"{TENANT}/flow-control", flow_control.FlowControlApi.as_view(), name="flow-control"),
     # Subscriptions' operations are fixed suffixes of its path (delivery.representation builds
     # the links that way).
@@ -45,7 +45,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     # Any other /api/ path is a problem+json 404 (but /api/docs and /api/schema get the slash).
-    re_path(r"^api/(?!docs$|schema$)", views.ApiNotFound.as_view(), name="not-found"),
+    re_path(r"^api/(?!docs$|schema$)", service_calls.ApiNotFound.as_view(), name="not-found"),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
 ]

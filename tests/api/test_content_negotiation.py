@@ -7,7 +7,7 @@ import pytest
 from django.test import RequestFactory
 from rest_framework.negotiation import DefaultContentNegotiation
 
-from eventservice.api.views import ServiceCallsApi
+from eventservice.api.service_calls import ServiceCallsApi
 from tests.support.api import calls_url, valid_payload
 
 ACCEPTS = [

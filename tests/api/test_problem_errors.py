@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eventservice.api import views
+from eventservice.api import service_calls
 from tests.support.api import assert_problem, calls_url
 
 
@@ -12,7 +12,7 @@ def test_an_unexpected_error_is_a_500_problem_that_reveals_nothing(acme_api, mon
     def broken(**kwargs):
         raise RuntimeError("db password is hunter2 at /srv/secret.py")
 
-    monkeypatch.setattr(views, "service_calls_for_tenant", broken)
+    monkeypatch.setattr(service_calls, "service_calls_for_tenant", broken)
 
     response = acme_api.get(calls_url(), headers={"X-Correlation-Id": "trace-500"})
 
