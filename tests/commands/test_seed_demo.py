@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from orchestration.management.commands.seed_demo import DEMO_PASSWORD
+from eventservice.management.commands.seed_demo import DEMO_PASSWORD
 from orchestration.models import ServiceCall, ServiceCallTag
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.selectors import api_key_lookup

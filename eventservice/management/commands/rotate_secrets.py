@@ -1,7 +1,7 @@
 """manage.py rotate_secrets: re-encrypt sealed header values under the first key.
 
-It lives in the schedules app, the highest layer holding sealed values, so it can reach both
-the calls' (orchestration) and the schedules' own.
+It lives at the edge: it serves two apps, re-encrypting the calls' sealed values (orchestration)
+and the schedules' (schedules).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""manage.py seed_demo: demo tenants, logins, an API key and calls against the mock target."""
+"""manage.py seed_demo: demo tenants, logins, an API key and calls against the mock target.
+
+It lives at the edge: it serves several apps (tenants, memberships and keys; calls) and the
+edge's mock target.
+"""
 
 from __future__ import annotations
 
