@@ -1,4 +1,6 @@
-"""The wire representation of a service call: one builder for the API and the dashboard.
+"""The wire representation of a service call: one builder for the API and the dashboard. The
+call with its events' deliveries combines two domains and is the edge's
+(eventservice.representation).
 
 camelCase keys, times as ISO 8601 UTC with milliseconds and Z, secret header values
 redacted (docs/api.md, 'Wire format'; docs/security.md, '4. Secrets').
@@ -6,7 +8,6 @@ redacted (docs/api.md, 'Wire format'; docs/security.md, '4. Secrets').
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -15,9 +16,6 @@ from django.urls import get_script_prefix, get_urlconf, reverse
 
 from core.ids import iso_ms
 from core.secrets import redact_headers
-from delivery.models import Notification
-from delivery.representation import call_event_delivery_representation
-from delivery.selectors import deliveries_for_call
 from execution.models import HttpExecution
 from orchestration.admission import held_ms_of
 from orchestration.models import FAVORITE_TAG, ServiceCall
@@ -166,30 +164,4 @@ def event_representation(row: OutboxEvent) -> dict[str, Any]:
         **row.event_payload,
         "sequence": row.id,
         "publishedAt": iso_ms(row.published_at),
-    }
-
-
-def service_call_detail_representation(
-    call: ServiceCall,
-    *,
-    executions: Iterable[HttpExecution],
-    events: Iterable[OutboxEvent],
-    deliveries: dict[Any, list[Notification]] | None = None,
-    request: Any = None,
-) -> dict[str, Any]:
-    """The call with its attempt log and its events, each with its `deliveries` to the tenant's
-    own subscriptions: `deliveries` maps an event id to its notifications
-    (delivery.selectors.deliveries_for_call, one query for the whole call; read here if not given)."""
-    if deliveries is None:
-        deliveries = deliveries_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)
-    return {
-        **service_call_representation(call, request=request),
-        "executions": [execution_representation(row) for row in executions],
-        "events": [
-            {
-                **event_representation(row),
-                "deliveries": [call_event_delivery_representation(n) for n in deliveries.get(row.event_id, [])],
-            }
-            for row in events
-        ],
     }

@@ -31,14 +31,11 @@ from eventservice.api.base import (
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
 from eventservice.api.parsers import JSONParser
 from eventservice.api.throttles import SubmissionThrottle
+from eventservice.representation import service_call_detail_representation
 from execution.selectors import attempts_for_call
 from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.models import ServiceCall
-from orchestration.representation import (
-    event_representation,
-    service_call_detail_representation,
-    service_call_representation,
-)
+from orchestration.representation import event_representation, service_call_representation
 from orchestration.selectors import service_call_get, service_calls_for_tenant
 from orchestration.services import (
     service_call_cancel,

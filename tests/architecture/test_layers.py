@@ -66,3 +66,29 @@ def test_the_contract_fails_when_two_leaf_apps_import_each_other(tmp_path):
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert "timer.sideways -> outbox.models" in result.stdout
+
+
+def test_the_contract_covers_the_modules_of_a_package(tmp_path):
+    _copy_project(tmp_path)
+    # core.db and orchestration.services are packages: their modules are held to the layers too.
+    (tmp_path / "core" / "db" / "backedge.py").write_text(
+        "from orchestration.services.submit import service_call_submit\n"
+    )
+
+    result = _lint_imports(tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "core.db.backedge -> orchestration.services.submit" in result.stdout
+
+
+def test_the_contract_fails_when_orchestration_and_delivery_import_each_other(tmp_path):
+    _copy_project(tmp_path)
+    # A call with its deliveries is the edge's (eventservice.representation), not orchestration's.
+    (tmp_path / "orchestration" / "deliveries.py").write_text("import delivery.selectors\n")
+    (tmp_path / "delivery" / "calls.py").write_text("import orchestration.selectors\n")
+
+    result = _lint_imports(tmp_path)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "orchestration.deliveries -> delivery.selectors" in result.stdout
+    assert "delivery.calls -> orchestration.selectors" in result.stdout
