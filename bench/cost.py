@@ -216,7 +216,7 @@ def _deliver(deliverer) -> None:
 
 def measure_call(calls: int, children: Children) -> dict:
     """`calls` calls due now, each started, sent to the bench's target, recorded and its events
-    published, in the engine's batches (workers/engine.py) but one thread: the work of a drained
+    published, in the engine's batches (workers/loops/) but one thread: the work of a drained
     call without subscribers, what the engine's threads and the asyncio of nothing else add left
     out. Every call must end Succeeded."""
     from bench.agent import ensure_tenant
@@ -263,7 +263,7 @@ def _publish() -> int:
 
     from outbox.dispatcher import dispatch_batch
     from outbox.sinks import configured_sinks
-    from workers.engine import DISPATCH_CHUNK
+    from workers.loops.dispatch import DISPATCH_CHUNK
 
     return dispatch_batch(limit=min(settings.OUTBOX_BATCH_SIZE, DISPATCH_CHUNK), sinks=configured_sinks())
 

@@ -8,7 +8,7 @@ flow_controls row (SKIP LOCKED: a start never waits for another cluster's), coun
 tenant's Running calls, reads the oldest held call of each of its queues (and the oldest due
 calls that no start has decided yet), decides, moves the GCRA state, and marks the calls that
 must wait as held. A held call stays Scheduled, its timer already Reached; the flow loop
-(workers.flow) starts it when there is room, through the same start.
+(workers.loops.flow) starts it when there is room, through the same start.
 
 Writes (flow_control_set, admit, release_held) run only inside orchestration's services;
 everything else here only reads.

@@ -29,6 +29,12 @@ from orchestration.services import (
 
 logger = logging.getLogger("serviceagent.pipeline")
 
+# Due calls started (and their attempts claimed) per transaction by the engine's timer and
+# backlog loops, at most; never more than the execution pool has free threads for, so a claimed
+# attempt leaves at once (an attempt claimed but queued would be Interrupted, not resent, if the
+# process died).
+START_CHUNK = 100
+
 
 def order_for(call: StartedCall) -> AttemptOrder:
     """The attempt to send: the call's request, plus the headers by which a receiver knows the

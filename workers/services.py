@@ -104,6 +104,12 @@ class RunRecorder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def record(self, loop: str, *, started: float, items: int, error: BaseException | None = None) -> None:
+        # The registry's loops are the names a run may have (worker_loop_runs holds no list of
+        # them: adding a loop needs no migration). Imported here: the loops use this module.
+        from workers.loops import loop_names
+
+        if loop not in loop_names():
+            raise ValueError(f"no loop named {loop!r} is registered (workers/loops/__init__.py)")
         duration_ms = (time.monotonic() - started) * 1000
         with self._lock:
             window = self._windows.setdefault(loop, _Window(started_at=utcnow()))

@@ -141,7 +141,7 @@ class AcmeData:
         Schedule.objects.create(name="acme-zq-schedule", func="workers.tasks.run_due_call", args="'acme'")
         session = session_start()
         recorder = RunRecorder(session_id=session.id)
-        recorder.record(LoopRun.Loop.DISPATCH, started=time.monotonic(), items=1, error=RuntimeError(WORKER_ERROR))
+        recorder.record("dispatch", started=time.monotonic(), items=1, error=RuntimeError(WORKER_ERROR))
         recorder.flush(force=True)
         session_stop(session_id=session.id, error=RuntimeError(WORKER_ERROR))
         AccessAttempt.objects.create(

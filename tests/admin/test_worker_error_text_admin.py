@@ -25,7 +25,7 @@ PAGES = {
 def failed_worker(db):
     session = session_start()
     recorder = RunRecorder(session_id=session.id)
-    recorder.record(LoopRun.Loop.DISPATCH, started=time.monotonic(), items=1, error=RuntimeError(WORKER_ERROR))
+    recorder.record("dispatch", started=time.monotonic(), items=1, error=RuntimeError(WORKER_ERROR))
     recorder.flush(force=True)
     session_stop(session_id=session.id, error=RuntimeError(WORKER_ERROR))
     assert LoopRun.objects.filter(error_message__contains="(acme, k-1)").exists()

@@ -82,7 +82,7 @@ def test_the_engine_retention_run_deletes_old_final_notifications(settings, tran
     young = _notifications(1, state="EXPIRED", days_ago=2, subscription=subscription)
     keeper = SessionKeeper()
     try:
-        Engine(keeper)._retention()
+        Engine(keeper).loops["retention"].step()
     finally:
         keeper.close()
     assert not Notification.objects.filter(pk__in=old).exists()
@@ -99,7 +99,7 @@ def test_zero_days_keeps_every_notification(settings, transactional_db):
     old = _notifications(2, state="SUCCEEDED", days_ago=3650, subscription=subscription)
     keeper = SessionKeeper()
     try:
-        Engine(keeper)._retention()
+        Engine(keeper).loops["retention"].step()
     finally:
         keeper.close()
     assert Notification.objects.filter(pk__in=old).count() == 2

@@ -61,7 +61,7 @@ def test_zero_days_keeps_every_event(settings, transactional_db):
     old = _events(2, published_days_ago=3650)
     keeper = SessionKeeper()
     try:
-        Engine(keeper)._retention()
+        Engine(keeper).loops["retention"].step()
     finally:
         keeper.close()
     assert OutboxEvent.objects.filter(pk__in=old).count() == 2

@@ -46,9 +46,9 @@ def test_one_outcome_that_cannot_be_recorded_does_not_sink_the_others(transactio
     each alone, so one bad outcome (another tenant's, say) leaves the others recorded."""
     from execution.outcomes import Outcome
     from orchestration.services import CallKey
-    from workers import engine as engine_module
     from workers.engine import Engine
     from workers.keeper import SessionKeeper
+    from workers.loops import recorder as recorder_module
     from workers.pipeline import record as real_record
     from workers.pipeline import start_and_claim
 
@@ -64,9 +64,9 @@ def test_one_outcome_that_cannot_be_recorded_does_not_sink_the_others(transactio
                 raise ValueError("this outcome cannot be recorded")
             real_record(batch)
 
-        monkeypatch.setattr(engine_module, "record", record)
-        monkeypatch.setattr(engine_module.time, "sleep", lambda seconds: None)
-        engine._record_batch([(attempt, Outcome(succeeded=True, status=200)) for attempt in attempts])
+        monkeypatch.setattr(recorder_module, "record", record)
+        monkeypatch.setattr(recorder_module.time, "sleep", lambda seconds: None)
+        engine.loops["recorder"].record_batch([(attempt, Outcome(succeeded=True, status=200)) for attempt in attempts])
     finally:
         engine.pool.shutdown(wait=False)
         keeper.close()

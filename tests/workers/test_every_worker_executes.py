@@ -143,7 +143,7 @@ def test_a_call_whose_start_fails_is_set_aside_and_the_backlog_goes_on(transacti
         done = wait_for(lambda: (c := ServiceCall.objects.get(pk=good.pk)).is_terminal and c, timeout=5)
         assert done.status == "Succeeded"
         assert ServiceCall.objects.get(pk=bad.pk).status == "Scheduled"
-        assert bad.pk in engine._set_aside
+        assert bad.pk in engine.loops["backlog"].set_aside
     finally:
         engine.stop(drain_seconds=5)
         keeper.close()

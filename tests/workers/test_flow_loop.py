@@ -1,4 +1,4 @@
-"""The engine's flow loop (workers/flow.py), one round at a time: it starts the oldest held calls
+"""The engine's flow loop (workers/loops/flow.py), one round at a time: it starts the oldest held calls
 when their limits have room, through the same start as the timer (docs/flow-control.md)."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from execution.outcomes import Outcome
 from orchestration.models import ServiceCall
 from orchestration.services import CallKey, service_call_finish, service_calls_start
 from tests.support.factories import make_call, make_flow_control
-from workers.flow import FlowLoop
+from workers.loops.flow import FlowRounds
 from workers.pipeline import start_and_claim
 
 OK = Outcome(succeeded=True, status=200, headers={}, body_snippet="", latency_ms=1)
 
 
-def _loop(started: list[list[CallKey]]) -> FlowLoop:
+def _loop(started: list[list[CallKey]]) -> FlowRounds:
     def start(keys: list[CallKey]) -> int:
         started.append(keys)
         return len(start_and_claim(keys, worker_id="test-flow"))
 
-    return FlowLoop(start, poll=0.02, batch=50)
+    return FlowRounds(start, poll=0.02, batch=50)
 
 
 def test_a_round_starts_the_oldest_held_call_once_there_is_room(world):

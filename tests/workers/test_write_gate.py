@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from tests.support.waiting import wait_for
-from workers.engine import WriteGate
+from workers.gate import WriteGate
 
 
 class Writers:

@@ -1,12 +1,14 @@
 """The flow loop: starts the calls that flow control held, as soon as their limits have room
 (docs/flow-control.md, 'The flow loop').
 
-Every engine runs one. Each round reads, from indexes only, the tenants with held calls and
+The timer home runs it (one per cluster). Each round reads, from indexes only, the tenants with held calls and
 the room their limits seem to have, then starts each tenant's oldest held calls through the
 same start as the timer (orchestration decides again under the tenant's lock, so two engines
 racing start nothing twice and break no limit). It polls every FLOW_POLL_SECONDS, sleeps
 exactly until a rate limit's next start when that comes sooner, and wakes at once when a call
 of a limited tenant finishes in this engine (other clusters' finishes are seen at the next poll).
+
+FlowRounds is the loop's logic, one round at a time; FlowLoop runs it in the engine.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
 from core.db import ChangeWatch
 from orchestration.admission import flow_round, tenant_has_limits
 from orchestration.services import CallKey
+from workers.loops.base import Loop, Where
+
+if TYPE_CHECKING:
+    from workers.engine import Engine
 
 logger = logging.getLogger("serviceagent.flow")
 
@@ -39,7 +46,7 @@ QUIET_RECHECK_SECONDS = 1.0
 Start = Callable[[list[CallKey]], int]
 
 
-class FlowLoop:
+class FlowRounds:
     def __init__(
         self,
         start: Start,
@@ -107,3 +114,20 @@ class FlowLoop:
             if pause > 0:
                 self._wake.wait(pause)
             self._wake.clear()
+
+
+class FlowLoop(Loop):
+    name = "flow"
+    where = Where.TIMER_HOME
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine)
+        # Held calls start within their tenant's fair share of the pool (Engine.start_held).
+        self.rounds = FlowRounds(engine.start_held, on_run=engine.record_run)
+
+    def run(self) -> None:
+        # Its rounds sleep on a wake of their own, set when calls of a limited tenant finish.
+        self.rounds.run(self.engine.stop_event)
+
+    def calls_finished(self, tenant_ids: Sequence[str]) -> None:
+        self.rounds.finished(tenant_ids)
