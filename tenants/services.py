@@ -111,6 +111,7 @@ OPERATOR_PERMISSIONS: tuple[str, ...] = (
     "orchestration.add_servicecall",  # "Run again": it submits a new call
     "orchestration.change_servicecall",  # "Cancel" (Scheduled calls only)
     "orchestration.view_flowcontrol",  # limits are set by the tenant (API, settings page) or a superuser
+    "tenants.view_tenantceilings",  # set by a superuser (admin, set_tenant_ceilings)
     "schedules.view_schedule",
     "schedules.change_schedule",  # "Pause", "Resume"
     "timer.view_timerschedule",

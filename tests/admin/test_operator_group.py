@@ -25,6 +25,7 @@ VISIBLE = {
     "tenants.tenant",
     "tenants.membership",
     "tenants.apikey",
+    "tenants.tenantceilings",
     "orchestration.servicecall",
     "orchestration.flowcontrol",
     "schedules.schedule",
