@@ -26,6 +26,7 @@ from core.admin import shown_once_response
 from core.errors import NotFound, ValidationFailed
 from core.ids import short_id
 from core.rendering import display_json
+from delivery.channels import DEFAULT_KIND, channel_for, channels
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.services import (
     notification_resend,
@@ -38,29 +39,31 @@ from outbox.admin import TenantIdFilter
 from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, TenantScopedAdmin, visible_tenant_ids
 from tenants.selectors import tenant_ceilings_get
 
-# delivery.validation's wire names -> the admin form's fields.
+# delivery.validation's wire names -> the admin form's fields (a channel's own: its column).
 WIRE_FIELDS = {
     "kind": "kind",
     "name": "name",
-    "url": "url",
-    "subjectTemplate": "subject_template",
+    **{field.wire: field.column for channel in channels() for field in channel.fields},
     "eventTypes": "event_types",
     "enabled": "enabled",
 }
 
 
+def _channel_fields(*, operator: bool) -> tuple[str, ...]:
+    """The form fields of the channels' own fields: every kind's for an operator, the kinds a
+    tenant may make otherwise (delivery.validation's rule)."""
+    return tuple(
+        field.column for channel in channels() if operator or not channel.operator_only for field in channel.fields
+    )
+
+
 class SubscriptionAdminForm(forms.ModelForm):
     """Parses the admin's form; the rules are delivery.validation's (as an operator's). Name,
-    URL, subject template and event types are the form's own fields, so the model's checks do
-    not repeat validation's messages in other words."""
+    event types and each channel's own fields (a webhook's URL, a NATS subject template: below
+    the class) are the form's own fields, so the model's checks do not repeat validation's
+    messages in other words."""
 
     name = forms.CharField(required=False, strip=False)
-    url = forms.CharField(label="URL", required=False, help_text="Webhooks only.")
-    subject_template = forms.CharField(
-        required=False,
-        help_text="NATS only; blank: the deployment's NATS_SUBJECT_TEMPLATE. Placeholders {tenantId}, {type},"
-        " {aggregateId}.",
-    )
     event_types = forms.MultipleChoiceField(
         choices=[(event_type, event_type) for event_type in EVENT_TYPES],
         required=False,
@@ -81,12 +84,12 @@ class SubscriptionAdminForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if not self.instance._state.adding:
             self.fields["name"].initial = self.instance.name
-            self.fields["url"].initial = self.instance.url
-            if "subject_template" in self.fields:  # read-only for staff (SubscriptionAdmin)
-                self.fields["subject_template"].initial = self.instance.subject_template
+            for column in _channel_fields(operator=True):
+                if column in self.fields:  # an operator-only kind's are read-only for staff
+                    self.fields[column].initial = getattr(self.instance, column)
             self.fields["event_types"].initial = list(self.instance.event_types or [])
         if "kind" in self.fields:
-            self.fields["kind"].initial = Subscription.Kind.WEBHOOK
+            self.fields["kind"].initial = DEFAULT_KIND
         if "tenant" in self.fields:
             self.fields["tenant"].required = not self.operator_wide_allowed
             self.fields["tenant"].help_text = (
@@ -112,10 +115,8 @@ class SubscriptionAdminForm(forms.ModelForm):
                     "tenant",
                     f"A tenant may have at most {limit} subscriptions (the operator's ceiling for this tenant).",
                 )
-        if kind == Subscription.Kind.WEBHOOK or cleaned.get("url"):
-            data["url"] = cleaned.get("url") or ""
-        if cleaned.get("subject_template") or (kind == Subscription.Kind.NATS and adding):
-            data["subjectTemplate"] = cleaned.get("subject_template") or None
+        for channel in channels():
+            data.update(channel.admin_data(cleaned, kind=kind, adding=adding))
         try:
             self.subscription_input: SubscriptionInput = validate_subscription(
                 data, partial=not adding, operator=self.operator
@@ -127,6 +128,11 @@ class SubscriptionAdminForm(forms.ModelForm):
                     if field is None or message not in self.errors.get(field, []):
                         self.add_error(field if field in self.fields else None, message)
         return cleaned
+
+
+# Each channel's own fields, declared as if written in the class body (delivery/channels/).
+for _column, _field in ((f.column, f.admin_field()) for c in channels() for f in c.fields):
+    SubscriptionAdminForm.base_fields[_column] = SubscriptionAdminForm.declared_fields[_column] = _field
 
 
 @admin.register(Subscription)
@@ -150,14 +156,14 @@ class SubscriptionAdmin(TenantScopedAdmin):
 
     def get_fields(self, request, obj=None):
         if obj is None:
-            if not request.user.is_superuser:  # webhooks only (SubscriptionAdminForm.operator)
-                return ("tenant", "kind", "name", "url", "event_types", "enabled")
-            return ("tenant", "kind", "name", "url", "subject_template", "event_types", "enabled")
+            # Staff: the kinds tenants make only (SubscriptionAdminForm.operator).
+            own = _channel_fields(operator=request.user.is_superuser)
+            return ("tenant", "kind", "name", *own, "event_types", "enabled")
         return (
             "tenant_display",
             "kind",
             "name",
-            "url" if obj.kind == Subscription.Kind.WEBHOOK else "subject_template",
+            *(field.column for field in channel_for(obj.kind).fields),
             "event_types",
             "enabled",
             "disabled_reason",
@@ -171,10 +177,13 @@ class SubscriptionAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return ()
-        # Staff see a NATS subscription's subject template, and change it only as superusers.
-        template = () if request.user.is_superuser else ("subject_template",)
+        # Staff see an operator-only kind's fields (a NATS subject template), and change them only
+        # as superusers.
+        operator_only = tuple(
+            field.column for channel in channels() if channel.operator_only for field in channel.fields
+        )
         return (
-            *template,
+            *(() if request.user.is_superuser else operator_only),
             "tenant_display",
             "kind",
             "disabled_reason",
@@ -195,11 +204,9 @@ class SubscriptionAdmin(TenantScopedAdmin):
     def tenant_display(self, obj: Subscription) -> str:
         return obj.tenant_id or "— operator-wide —"
 
-    @admin.display(description="URL or subject")
+    @admin.display(description=" or ".join(channel.target_label for channel in channels()))
     def target(self, obj: Subscription) -> str:
-        if obj.kind == Subscription.Kind.WEBHOOK:
-            return obj.url
-        return obj.subject_template or "(default subject template)"
+        return channel_for(obj.kind).target(obj)
 
     @admin.display(description="event types")
     def event_types_display(self, obj: Subscription) -> str:
@@ -208,7 +215,7 @@ class SubscriptionAdmin(TenantScopedAdmin):
     @admin.display(description="signing secret")
     def signing_secret(self, obj: Subscription) -> str:
         # Whether there is one, never the secret: it was shown once, when it was made.
-        if obj.kind != Subscription.Kind.WEBHOOK:
+        if not channel_for(obj.kind).signs:
             return "—"
         if obj.previous_secret_until:
             return f"set (whsec_…, shown once); the previous one signs too until {obj.previous_secret_until:%Y-%m-%d %H:%M} UTC"

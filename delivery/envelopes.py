@@ -1,6 +1,6 @@
 """What a subscriber receives of an event: its envelope as UTF-8 JSON, cut to fit a sink's size
 limit when it is larger (docs/events.md, "Events of any size"). Pure rules, shared by every sink
-(delivery/senders.py: webhooks and NATS), so that no event of a call is left undeliverable by its
+(delivery/channels/: webhooks and NATS), so that no event of a call is left undeliverable by its
 size, which would hold back the call's later events for the whole retry schedule."""
 
 from __future__ import annotations

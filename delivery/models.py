@@ -7,12 +7,12 @@ from django.db import models
 from django.db.models import Q
 
 from core.fields import JSONField
+from delivery.channels import channels, kinds
 
 
 class Subscription(models.Model):
-    class Kind(models.TextChoices):
-        WEBHOOK = "webhook", "Webhook"
-        NATS = "nats", "NATS JetStream"
+    # The kinds and their labels are the channels' (delivery/channels/): Kind.WEBHOOK == "webhook".
+    Kind = models.TextChoices("Kind", [(channel.kind.upper(), (channel.kind, channel.label)) for channel in channels()])
 
     subscription_id = models.UUIDField(primary_key=True, editable=False)
     # Null: operator-wide (every tenant's events); set: that tenant's events only.
@@ -43,8 +43,9 @@ class Subscription(models.Model):
         db_table = "subscriptions"
         ordering = ["created_at"]
         constraints = [
-            models.CheckConstraint(condition=Q(kind__in=["webhook", "nats"]), name="subscriptions_kind_valid"),
-            models.CheckConstraint(condition=~Q(kind="webhook") | ~Q(url=""), name="subscriptions_webhook_has_url"),
+            models.CheckConstraint(condition=Q(kind__in=list(kinds())), name="subscriptions_kind_valid"),
+            # Each channel's checks of its fields (a webhook has a URL).
+            *(constraint for channel in channels() for constraint in channel.constraints),
         ]
         indexes = [
             # The fan-out: a tenant's (and the operator-wide) enabled subscriptions.

@@ -5,40 +5,34 @@ of the tries out at once, never the others' deliveries (docs/events.md)."""
 
 from __future__ import annotations
 
-import functools
-import itertools
 import logging
 import queue
 import threading
 import time
 import uuid
-from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 
 from core.db import ChangeWatch
 from core.ids import utcnow
-from delivery.models import Subscription
+from delivery.channels import channel_for, send
+from delivery.offers import HandOver, Offer
 from delivery.selectors import notifications_due_exist
-from delivery.senders import send, send_nats_many, webhook_request, webhook_result
 from delivery.services import (
     ClaimedNotification,
-    ClaimOffer,
     SendResult,
     longest_try_ms,
     notifications_claim,
     notifications_record,
     notifications_release,
 )
-from execution.aio import sender
-from execution.http import HttpRequest
-from execution.outcomes import Outcome
+from delivery.shares import Held, Waiting, place, places
 
 logger = logging.getLogger("serviceagent.delivery")
 
@@ -51,16 +45,12 @@ UNSURE_LOG_SECONDS = 10.0
 DUE_QUIET_RECHECK_SECONDS = 0.5
 
 
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:1000]
-
-
-class Deliverer:
+class Deliverer(HandOver):
     """Claims with a lease, has up to `concurrency` tries out at once, records in batches.
 
     A webhook try is handed to the process's asyncio loop (execution/aio.py) and its result
     comes back by callback: no thread waits for it. A claim's NATS notifications are one
-    publish batch, which a thread of its own waits for (delivery/senders.py).
+    publish batch, which a thread of its own waits for (delivery/channels/).
 
     It claims ahead of its tries: up to DELIVERY_CLAIM_AHEAD times `concurrency` notifications
     (and that many times `per_subscription` of one subscription) are claimed and not yet
@@ -110,20 +100,20 @@ class Deliverer:
         # recorded): at most `claim_ahead` times `concurrency`, and per subscription and per
         # tenant its share.
         self.in_flight = 0
-        self._claimed = _Held()
+        self._claimed = Held()
         self._lock = threading.Lock()
         # Claimed and not started: each entry one try (a webhook) or one publish batch (a
         # claim's NATS notifications), started in claim order as their subscriptions have room.
-        self._waiting = _Waiting()
+        self._waiting = Waiting()
         # Tries out per subscription and per tenant now (a NATS batch counts once for each of its
         # subscriptions).
-        self._sending = _Held()
+        self._sending = Held()
         self._tenant_of: dict[uuid.UUID, str | None] = {}  # of the subscriptions met
         self._trying = 0  # tries out now
-        self._nats_threads: ThreadPoolExecutor | None = None  # made on the first NATS batch
+        self._send_threads: ThreadPoolExecutor | None = None  # made on the first NATS batch
         self._stopping = False
         # Offers made to the fan-out and not yet settled (offers_done).
-        self._offers: list[_Offer] = []
+        self._offers: list[Offer] = []
         # Set when a try comes back, so an idle loop wakes for it at once instead of polling.
         self._came_back = threading.Event()
         # Notifications are made due by commits, and by the clock (a retry, a lease): a skipped
@@ -170,18 +160,21 @@ class Deliverer:
         return len(ready) + len(claimed)
 
     def _wait_for_start(self, claimed: list[ClaimedNotification]) -> None:
-        """Queue claimed notifications for their tries (lock held): webhooks one try each, a
-        claim's NATS notifications one publish batch (delivery/senders.py)."""
+        """Queue claimed notifications for their tries (lock held): one try each, but a claim's
+        notifications of a `batched` channel (NATS) are one try, one publish batch, queued first
+        (delivery/channels/)."""
+        batched: dict[str, list[ClaimedNotification]] = {}
         for notification in claimed:
             self._tenant_of[notification.subscription_id] = notification.subscription.tenant_id
-        nats = [n for n in claimed if n.subscription.kind == Subscription.Kind.NATS]
-        if nats:
-            self._waiting.add(nats)
+            if channel_for(notification.subscription.kind).batched:
+                batched.setdefault(notification.subscription.kind, []).append(notification)
+        for batch in batched.values():
+            self._waiting.add(batch)
         for notification in claimed:
-            if notification.subscription.kind != Subscription.Kind.NATS:
+            if not channel_for(notification.subscription.kind).batched:
                 self._waiting.add([notification])
 
-    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, _Held]:
+    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, Held]:
         """How many to claim now, and what each subscription and tenant has claimed (less
         `ready`, which is being recorded): the room is held until the claim is made, so that an
         offer to the fan-out meanwhile sees it taken."""
@@ -190,65 +183,8 @@ class Deliverer:
             limit = min(room, self.batch_size) if room > 0 else 0
             self.in_flight += limit
             busy = self._claimed.copy()
-        busy.remove(_place(n) for n, _ in ready)
+        busy.remove(place(n) for n, _ in ready)
         return limit, busy
-
-    def offer(self) -> ClaimOffer | None:
-        """Room for the notifications a fan-out in this process makes (delivery.services
-        .notifications_fan_out): the heads it reserves are made claimed for this loop's session
-        and taken when the fan-out commits; `offers_done` gives back what was not taken and
-        starts the taken. None while the session is unsure, the loop stopping, or its room all
-        taken (during a burst, most of the time): the fan-out then looks for no heads at all."""
-        session = self.session()
-        if session is None or self._stopping:
-            return None
-        offer = _Offer(self, session)
-        with self._lock:
-            if self.in_flight >= self.claim_ahead * self.concurrency:
-                return None
-            self._offers.append(offer)
-        return offer
-
-    def _reserve(self, offer: _Offer, subscription: Subscription) -> bool:
-        place = (subscription.subscription_id, subscription.tenant_id)
-        with self._lock:
-            if self._stopping or offer.settled or self.in_flight >= self.claim_ahead * self.concurrency:
-                return False
-            if self._claimed.at_cap(place, per_subscription=self._claim_cap, per_tenant=self._tenant_claim_cap):
-                return False
-            self.in_flight += 1
-            self._claimed.add([place])
-            offer.reserved[place] += 1
-            return True
-
-    def _take(self, offer: _Offer, claimed: list[ClaimedNotification]) -> None:
-        """On the fan-out's commit: its reserved room now holds these claims (or, should the
-        commit come after offers_done gave the room back, they are counted again). A loop that
-        stopped meanwhile gives them back at the next offers_done or, the engine's dispatch
-        having ended, leaves them to the watchdog once its session ends, as any claim."""
-        with self._lock:
-            if offer.settled:
-                self.in_flight += len(claimed)
-                self._claimed.add(_place(n) for n in claimed)
-            else:
-                offer.reserved.subtract(_place(n) for n in claimed)
-            self._wait_for_start(claimed)
-
-    def offers_done(self) -> None:
-        """After the dispatch that asked for offers (committed or not): the room reserved and not
-        taken is given back, and the taken tries start (or, should the loop be stopping, are given
-        back untried)."""
-        with self._lock:
-            for offer in self._offers:
-                offer.settled = True
-                left = +offer.reserved
-                self.in_flight -= left.total()
-                self._claimed.remove(left.elements())
-            self._offers.clear()
-        if self._stopping:
-            self._give_back_waiting()
-        elif self._waiting:
-            self._start_tries()
 
     def _next_try(self, session: str, latest_start: datetime) -> list[ClaimedNotification] | None:
         """The first waiting try in claim order whose subscriptions have a thread to spare (lock
@@ -280,7 +216,7 @@ class Deliverer:
             len(batch),
         )
         self.in_flight -= len(batch)
-        self._claimed.remove(_place(n) for n in batch)
+        self._claimed.remove(place(n) for n in batch)
 
     def _start_tries(self) -> None:
         """Start every waiting try that may start now: within `concurrency` and its
@@ -299,37 +235,18 @@ class Deliverer:
                     if batch is None:
                         break
                     self._trying += 1
-                    self._sending.add(_places(batch))
+                    self._sending.add(places(batch))
                     batches.append(batch)
             if not batches:
                 return
-            webhooks: list[tuple[ClaimedNotification, datetime, HttpRequest]] = []
-            ended = 0
+            by_channel: dict[str, list[list[ClaimedNotification]]] = {}
             for batch in batches:
-                started = utcnow()
-                try:
-                    if batch[0].subscription.kind == Subscription.Kind.NATS:
-                        self._nats_pool().submit(self._try_nats, batch)
-                        continue
-                    request = webhook_request(batch[0], started)
-                except Exception as exc:  # a bug, or the pool gone: a failed try, never a lost one
-                    logger.exception("starting %d delivery tries failed", len(batch))
-                    request = SendResult(succeeded=False, started_at=started, error=_error(exc))
-                if isinstance(request, SendResult):
-                    self._came_back_with(batch, [request] * len(batch))
-                    ended += 1
-                else:
-                    webhooks.append((batch[0], started, request))
-            try:
-                sender().submit(
-                    [(request, functools.partial(self._webhook_back, n, started)) for n, started, request in webhooks]
-                )
-            except Exception as exc:
-                logger.exception("handing %d webhook tries to the sender failed", len(webhooks))
-                for notification, started, _ in webhooks:
-                    failed = SendResult(succeeded=False, started_at=started, error=_error(exc))
-                    self._came_back_with([notification], [failed])
-                    ended += 1
+                by_channel.setdefault(batch[0].subscription.kind, []).append(batch)
+            ended = 0
+            for kind, its_batches in by_channel.items():
+                # Each channel's own transport: webhooks on the asyncio sender, NATS batches on a
+                # thread (send_threads); a try that cannot start ends at once.
+                ended += channel_for(kind).start(its_batches, self)
             if not ended:  # those that ended at once made room for more
                 return
 
@@ -340,26 +257,13 @@ class Deliverer:
             self._unsure_logged_at = now
             logger.warning("the worker's heartbeat is late: no delivery is claimed or started until it is written")
 
-    def _webhook_back(self, notification: ClaimedNotification, started: datetime, outcome: Outcome) -> None:
-        """A webhook try's response (on the asyncio loop's thread): its result left for the
-        loop, and the next tries started."""
-        try:
-            result = webhook_result(outcome, started)
-        except Exception as exc:
-            logger.exception("reading a webhook try's response failed")
-            result = SendResult(succeeded=False, started_at=started, error=_error(exc))
-        self._came_back_with([notification], [result])
-        self._start_tries()
+    def try_ended(self, batch: list[ClaimedNotification], results: list[SendResult]) -> None:
+        """A try that ended without going out (delivery.channels.Tries)."""
+        self._came_back_with(batch, results)
 
-    def _try_nats(self, batch: list[ClaimedNotification]) -> None:
-        """Publish a NATS batch and wait for its acks (on a thread of the deliverer's); never
-        raises."""
-        started = utcnow()
-        try:
-            results = send_nats_many(batch)
-        except Exception as exc:
-            logger.exception("trying %d deliveries failed", len(batch))
-            results = [SendResult(succeeded=False, started_at=started, error=_error(exc)) for _ in batch]
+    def try_back(self, batch: list[ClaimedNotification], results: list[SendResult]) -> None:
+        """A try came back (on the asyncio loop's thread, or a send thread): its results left for
+        the loop, and the next tries started (delivery.channels.Tries)."""
         self._came_back_with(batch, results)
         self._start_tries()
 
@@ -377,16 +281,18 @@ class Deliverer:
         finally:
             with self._lock:
                 self._trying -= 1
-                self._sending.remove(_places(batch))
+                self._sending.remove(places(batch))
             self._came_back.set()
 
-    def _nats_pool(self) -> ThreadPoolExecutor:
+    def send_threads(self) -> ThreadPoolExecutor:
+        """The threads of channels whose tries block (a NATS batch waits for its acks), made on
+        the first such try (delivery.channels.Tries)."""
         with self._lock:  # tries start from the loop's thread, the asyncio loop's and these
-            if self._nats_threads is None:
-                self._nats_threads = ThreadPoolExecutor(
+            if self._send_threads is None:
+                self._send_threads = ThreadPoolExecutor(
                     max_workers=self.concurrency, thread_name_prefix="delivery_nats"
                 )
-            return self._nats_threads
+            return self._send_threads
 
     def wait(self, timeout: float) -> None:
         """Sleep until a try comes back or `timeout` passes (new notifications are polled for)."""
@@ -431,7 +337,7 @@ class Deliverer:
         at least once)."""
         with self._lock:
             self.in_flight -= len(ready)
-            self._claimed.remove(_place(n) for n, _ in ready)
+            self._claimed.remove(place(n) for n, _ in ready)
 
     def _write(
         self, ready: list[tuple[ClaimedNotification, SendResult]], *, claim: bool, session: str
@@ -459,7 +365,7 @@ class Deliverer:
         for attempt in range(RECORD_TRIES):
             try:
                 with self.write_guard():
-                    limit, busy = self._hold_room(ready) if claim else (0, _Held())
+                    limit, busy = self._hold_room(ready) if claim else (0, Held())
                     if not (ready or limit):
                         return []  # no room: nothing to write
                     claimed: list[ClaimedNotification] = []
@@ -479,7 +385,7 @@ class Deliverer:
                     finally:
                         with self._lock:  # the held room now holds what was claimed
                             self.in_flight += len(claimed) - limit
-                            self._claimed.add(_place(n) for n in claimed)
+                            self._claimed.add(place(n) for n in claimed)
                             self._wait_for_start(claimed)
                     return claimed
             except DatabaseError:
@@ -496,7 +402,7 @@ class Deliverer:
         with self._lock:
             cancelled = [notification for batch in self._waiting.clear() for notification in batch]
             self.in_flight -= len(cancelled)
-            self._claimed.remove(_place(n) for n in cancelled)
+            self._claimed.remove(place(n) for n in cancelled)
         if cancelled:
             try:
                 with self.write_guard():
@@ -538,146 +444,8 @@ class Deliverer:
             logger.warning(
                 "stopped with %d delivery tries out; they are tried again once the watchdog gives them back", out
             )
-        if self._nats_threads is not None:
-            self._nats_threads.shutdown(wait=False)
-
-
-Place = tuple[uuid.UUID, "str | None"]  # a subscription, and its tenant (None: operator-wide)
-
-
-def _place(notification: ClaimedNotification) -> Place:
-    return notification.subscription_id, notification.subscription.tenant_id
-
-
-def _places(batch: list[ClaimedNotification]) -> set[Place]:
-    """A batch's subscriptions, each once (a NATS batch counts once for each of them)."""
-    return {_place(n) for n in batch}
-
-
-class _Held:
-    """What each subscription holds (claims, or tries out), and each tenant's subscriptions
-    together; operator-wide subscriptions belong to no tenant's share."""
-
-    def __init__(self) -> None:
-        self.by_subscription: Counter[uuid.UUID] = Counter()
-        self.by_tenant: Counter[str] = Counter()
-
-    def copy(self) -> _Held:
-        held = _Held()
-        held.by_subscription, held.by_tenant = Counter(self.by_subscription), Counter(self.by_tenant)
-        return held
-
-    def add(self, places: Iterable[Place]) -> None:
-        for subscription_id, tenant_id in places:
-            self.by_subscription[subscription_id] += 1
-            if tenant_id is not None:
-                self.by_tenant[tenant_id] += 1
-
-    def remove(self, places: Iterable[Place]) -> None:
-        for subscription_id, tenant_id in places:
-            _decrement(self.by_subscription, subscription_id)
-            if tenant_id is not None:
-                _decrement(self.by_tenant, tenant_id)
-
-    def at_cap(self, place: Place, *, per_subscription: int | None, per_tenant: int | None) -> bool:
-        subscription_id, tenant_id = place
-        if per_subscription is not None and self.by_subscription[subscription_id] >= per_subscription:
-            return True
-        return tenant_id is not None and per_tenant is not None and self.by_tenant[tenant_id] >= per_tenant
-
-
-def _decrement(counter: Counter, key: Any) -> None:
-    counter[key] -= 1
-    if counter[key] <= 0:
-        del counter[key]
-
-
-class _Waiting:
-    """The claimed tries not started yet, a queue per subscription (a NATS batch's under its
-    subscriptions together), each entry numbered in claim order. Taking the next try looks at
-    each queue's head, not at every waiting try: during a burst most of them wait for their
-    subscription's share, and a try that came back looked past all of them to start the next
-    (bench/README.md, item 22)."""
-
-    def __init__(self) -> None:
-        self._queues: dict[tuple[uuid.UUID, ...], deque[tuple[int, list[ClaimedNotification]]]] = {}
-        self._numbers = itertools.count()
-        self._count = 0
-
-    def add(self, batch: list[ClaimedNotification]) -> None:
-        key = tuple(sorted({n.subscription_id for n in batch}))
-        self._queues.setdefault(key, deque()).append((next(self._numbers), batch))
-        self._count += 1
-
-    def take_first(
-        self,
-        has_room: Callable[[tuple[uuid.UUID, ...]], bool],
-        *,
-        stale: Callable[[list[ClaimedNotification]], bool],
-        drop: Callable[[list[ClaimedNotification]], None],
-    ) -> list[ClaimedNotification] | None:
-        """The earliest claimed head among the queues with room, taken; stale heads met on the
-        way, and the taken one's stale successors, are dropped (a stale try behind a good one
-        keeps its room until it heads its queue: within a queue the leases end in claim order,
-        so that is rare)."""
-        first: tuple[int, tuple[uuid.UUID, ...]] | None = None
-        for key in list(self._queues):
-            entries = self._drop_stale_heads(key, stale, drop)
-            if entries and (first is None or entries[0][0] < first[0]) and has_room(key):
-                first = (entries[0][0], key)
-        if first is None:
-            return None
-        _, batch = self._queues[first[1]].popleft()
-        self._count -= 1
-        self._drop_stale_heads(first[1], stale, drop)  # the next head, should it be stale, goes now
-        return batch
-
-    def _drop_stale_heads(
-        self,
-        key: tuple[uuid.UUID, ...],
-        stale: Callable[[list[ClaimedNotification]], bool],
-        drop: Callable[[list[ClaimedNotification]], None],
-    ) -> deque[tuple[int, list[ClaimedNotification]]] | None:
-        """Queue `key` without its stale heads; None (and the queue gone) once it is empty."""
-        entries = self._queues[key]
-        while entries and stale(entries[0][1]):
-            drop(entries.popleft()[1])
-            self._count -= 1
-        if not entries:
-            del self._queues[key]
-            return None
-        return entries
-
-    def clear(self) -> list[list[ClaimedNotification]]:
-        """Every waiting try, in claim order, taken."""
-        batches = list(self)
-        self._queues.clear()
-        self._count = 0
-        return batches
-
-    def __iter__(self) -> Iterator[list[ClaimedNotification]]:
-        entries = sorted(entry for queue in self._queues.values() for entry in queue)  # numbers are unique
-        return iter([batch for _, batch in entries])
-
-    def __len__(self) -> int:
-        return self._count
-
-
-class _Offer:
-    """One fan-out's room in a Deliverer (Deliverer.offer; delivery.services.ClaimOffer)."""
-
-    def __init__(self, deliverer: Deliverer, session: str) -> None:
-        self.deliverer = deliverer
-        self.session = session
-        # Held and not yet taken, by (subscription, its tenant).
-        self.reserved: Counter[tuple[uuid.UUID, str | None]] = Counter()
-        self.settled = False  # offers_done gave back what was not taken
-
-    def reserve(self, subscription: Subscription) -> bool:
-        return self.deliverer._reserve(self, subscription)
-
-    def take(self, claimed: list[ClaimedNotification]) -> None:
-        self.deliverer._take(self, claimed)
+        if self._send_threads is not None:
+            self._send_threads.shutdown(wait=False)
 
 
 def deliver_now(*, limit: int = 100) -> int:

@@ -1,46 +1,151 @@
-"""One try of one notification: a webhook POST signed per Standard Webhooks (through the same
-egress policy and bounded, pinned rules as service calls, sent on the process's asyncio loop:
-execution/aio.py), or a NATS JetStream publish acknowledged by the stream (docs/events.md)."""
+"""Webhook subscriptions (docs/events.md): a POST of each event, signed per Standard Webhooks,
+through the same egress policy and bounded, pinned rules as service calls, sent on the process's
+asyncio loop (execution/aio.py); its signing secret is made at the create and shown once.
+
+A channel (delivery/channels/base.py): its fields, what a new one stores, its tries, what the
+admin shows."""
 
 from __future__ import annotations
 
+import base64
 import functools
-import threading
-import time
-from collections.abc import Sequence
+import logging
+import secrets
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django import forms
 from django.conf import settings
-from standardwebhooks.webhooks import Webhook
+from django.db.models import CheckConstraint, Q
 
 from core.ids import utcnow
-from core.secrets import SecretUnavailable, unseal_value
+from core.secrets import SecretUnavailable, seal_value, unseal_value
+from delivery.channels.base import Channel, ChannelField, ErrorSink, NewSubscription, Tries
 from delivery.envelopes import WEBHOOK_MAX_BODY_BYTES, body_within
-from delivery.models import Subscription
-from delivery.services import ClaimedNotification, SendResult
-from execution.aio import sender
+from delivery.tries import ClaimedNotification, SendResult, failed_result
 from execution.outcomes import ErrorKind, Outcome
+from execution.targets import url_error
 from execution.wire import USER_AGENT, HttpRequest
+
+if TYPE_CHECKING:
+    from standardwebhooks.webhooks import Webhook
+
+    from delivery.models import Subscription
+    from execution.aio import Sender
+
+logger = logging.getLogger("serviceagent.delivery")
 
 # Statuses whose Retry-After is honoured (docs/events.md, "Retries").
 _RETRY_AFTER_STATUSES = (429, 503)
 
+URL = ChannelField(
+    wire="url",
+    column="url",
+    only="Only webhook subscriptions have a URL.",
+    admin_field=lambda: forms.CharField(label="URL", required=False, help_text="Webhooks only."),
+)
 
-def send(notification: ClaimedNotification) -> SendResult:
-    """Try it once and wait for the result (commands, tests, one notification); never raises
-    (a failure is a result). The delivery loop starts webhook tries without waiting for them
-    (delivery/runner.py)."""
-    started = utcnow()
-    try:
-        if notification.subscription.kind == Subscription.Kind.WEBHOOK:
-            request = webhook_request(notification, started)
+
+class WebhookChannel(Channel):
+    kind = "webhook"
+    label = "Webhook"
+    fields = (URL,)
+    signs = True
+    target_label = "URL"
+    constraints = (CheckConstraint(condition=~Q(kind="webhook") | ~Q(url=""), name="subscriptions_webhook_has_url"),)
+
+    def validate(self, data: Mapping[str, Any], *, kind: Any, partial: bool, error: ErrorSink) -> dict[str, Any]:
+        url = data.get("url")
+        if kind == self.kind or (partial and url is not None):
+            problem = url_error(url)
+            if problem:
+                error("url", problem)
+        elif url not in (None, ""):
+            error("url", URL.only)
+        return {} if url is None else {"url": url}
+
+    def create(self, data: Any) -> NewSubscription:
+        secret = self.new_secret()
+        return NewSubscription(columns={"secret": seal_value(secret)}, shown_once=secret)
+
+    def new_secret(self) -> str:
+        return new_webhook_secret()
+
+    def target(self, subscription: Subscription) -> str:
+        return subscription.url
+
+    def admin_data(self, cleaned: Mapping[str, Any], *, kind: Any, adding: bool) -> dict[str, Any]:
+        if kind == self.kind or cleaned.get("url"):
+            return {"url": cleaned.get("url") or ""}
+        return {}
+
+    def send(self, batch: list[ClaimedNotification]) -> list[SendResult]:
+        """One POST each, waited for together (commands, tests: deliver_now)."""
+        started = utcnow()
+        requests = [webhook_request(notification, started) for notification in batch]
+        out = [request for request in requests if isinstance(request, HttpRequest)]
+        outcomes = iter(sender().perform_many(out) if out else [])
+        return [
+            request if isinstance(request, SendResult) else webhook_result(next(outcomes), started)
+            for request in requests
+        ]
+
+    def start(self, batches: list[list[ClaimedNotification]], tries: Tries) -> int:
+        """Each try handed to the process's asyncio sender, its response coming back by callback
+        (no thread waits for it); one that cannot be made or handed over ends at once."""
+        webhooks: list[tuple[ClaimedNotification, datetime, HttpRequest]] = []
+        ended = 0
+        for batch in batches:
+            started = utcnow()
+            try:
+                request = webhook_request(batch[0], started)
+            except Exception as exc:  # a bug: a failed try, never a lost one
+                logger.exception("starting %d delivery tries failed", len(batch))
+                request = failed_result(started, exc)
             if isinstance(request, SendResult):
-                return request
-            return webhook_result(sender().perform_many([request])[0], started)
-        return _send_nats(notification, started)
-    except Exception as exc:  # a bug or an unreachable dependency is a failed try, not a dead loop
-        return SendResult(succeeded=False, started_at=started, error=f"{type(exc).__name__}: {exc}"[:1000])
+                tries.try_ended(batch, [request] * len(batch))
+                ended += 1
+            else:
+                webhooks.append((batch[0], started, request))
+        if not webhooks:
+            return ended
+        try:
+            sender().submit(
+                [
+                    (request, functools.partial(_came_back, tries, notification, started))
+                    for notification, started, request in webhooks
+                ]
+            )
+        except Exception as exc:
+            logger.exception("handing %d webhook tries to the sender failed", len(webhooks))
+            for notification, started, _ in webhooks:
+                tries.try_ended([notification], [failed_result(started, exc)])
+                ended += 1
+        return ended
+
+
+def _came_back(tries: Tries, notification: ClaimedNotification, started: datetime, outcome: Outcome) -> None:
+    """A webhook try's response (on the asyncio loop's thread): its result handed back."""
+    try:
+        result = webhook_result(outcome, started)
+    except Exception as exc:
+        logger.exception("reading a webhook try's response failed")
+        result = failed_result(started, exc)
+    tries.try_back([notification], [result])
+
+
+def sender() -> Sender:
+    """The process's asyncio sender (execution/aio.py), imported on the first try: a web
+    process, which imports this module with the models, never loads aiohttp."""
+    from execution.aio import sender as process_sender
+
+    return process_sender()
+
+
+def new_webhook_secret() -> str:
+    """`whsec_` + base64 of 32 random bytes (Standard Webhooks)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def webhook_signature(subscription: Subscription, *, msg_id: str, at: datetime, body: str) -> str:
@@ -61,6 +166,8 @@ def _signer(sealed: tuple[tuple[str, str], ...], keys: tuple[tuple[str, ...], st
     per process rather than once per delivery: Fernet's decryption was a tenth of a webhook
     try. A sealed value unseals to the same secret under the same keys, and a rotated secret is
     another sealed value; a failure to unseal is not cached."""
+    from standardwebhooks.webhooks import Webhook  # with the first signature (see `sender`)
+
     return Webhook(unseal_value(dict(sealed)))
 
 
@@ -133,84 +240,4 @@ def _retry_after(status: int | None, headers: dict[str, str]) -> float | None:
             return None
 
 
-# --- NATS JetStream -----------------------------------------------------------------------
-
-_publisher_lock = threading.Lock()
-_publisher = None
-
-
-def nats_publisher():
-    """The process's one JetStream publisher (its own event loop thread and connection),
-    made on first use; its stream is ensured then."""
-    global _publisher
-    with _publisher_lock:
-        if _publisher is None:
-            from delivery.nats import JetStreamPublisher
-
-            publisher = JetStreamPublisher(
-                url=settings.NATS_URL, stream=settings.NATS_STREAM, timeout_s=settings.NATS_PUBLISH_TIMEOUT_MS / 1000
-            )
-            try:
-                publisher.ensure_stream()
-            except BaseException:
-                publisher.close()  # its loop thread and its reconnecting connection too
-                raise
-            _publisher = publisher
-        return _publisher
-
-
-def _send_nats(notification: ClaimedNotification, started: datetime) -> SendResult:
-    return send_nats_many([notification])[0]
-
-
-def send_nats_many(notifications: Sequence[ClaimedNotification]) -> list[SendResult]:
-    """Try NATS notifications together: published at once, each acknowledged (or failed) on
-    its own; never raises. A batch is one hand-over to the publisher's loop instead of one per
-    notification, which made a NATS try cost as much CPU as a webhook's POST."""
-    from delivery.nats import subject_for, valid_msg_id
-
-    started = utcnow()
-    if not settings.NATS_URL:
-        return [SendResult(succeeded=False, started_at=started, error="NATS_URL is not set") for _ in notifications]
-    results: list[SendResult | None] = [None] * len(notifications)
-    try:
-        publisher = nats_publisher()
-    except Exception as exc:  # the connection, not one message: each of them failed with it
-        return [_failed(started, exc) for _ in notifications]
-    messages, sent = [], []
-    for index, notification in enumerate(notifications):
-        # Each message made on its own: one that cannot be (a template, an envelope without an
-        # id) fails alone, never its batch.
-        try:
-            template = notification.subscription.subject_template or settings.NATS_SUBJECT_TEMPLATE
-            msg_id = str(notification.envelope["id"])
-            if not valid_msg_id(msg_id):
-                raise ValueError(f"invalid event id {msg_id!r} for a Nats-Msg-Id")
-            # An envelope over the server's max_payload is cut to fit (delivery/envelopes.py):
-            # sent whole, it would fail every try and hold back the call's later events.
-            body = body_within(notification.envelope, notification.body, limit=publisher.payload_limit(msg_id))
-            message = (subject_for(template, notification.envelope), body.encode(), msg_id)
-        except Exception as exc:
-            results[index] = _failed(started, exc)
-            continue
-        messages.append(message)
-        sent.append(index)
-    began = time.monotonic()
-    try:
-        acks: list[Any] = publisher.publish_many(messages) if messages else []
-    except Exception as exc:  # the connection, not one message: each of them failed with it
-        acks = [exc] * len(messages)
-    latency_ms = int((time.monotonic() - began) * 1000)
-    for index, ack in zip(sent, acks, strict=True):
-        results[index] = (
-            _failed(started, ack, latency_ms=latency_ms)
-            if isinstance(ack, Exception)
-            else SendResult(succeeded=True, started_at=started, latency_ms=latency_ms)
-        )
-    return results  # type: ignore[return-value]  # every index is set above
-
-
-def _failed(started: datetime, exc: BaseException, *, latency_ms: int | None = None) -> SendResult:
-    return SendResult(
-        succeeded=False, started_at=started, latency_ms=latency_ms, error=f"{type(exc).__name__}: {exc}"[:1000]
-    )
+WEBHOOK = WebhookChannel()

@@ -8,6 +8,7 @@ gives (`ClaimedNotification`, `SendResult`) is delivery.tries'. Import from `del
 the names below are its public ones.
 """
 
+from delivery.channels.webhook import new_webhook_secret
 from delivery.services.claims import (
     LEASE,
     lease_length,
@@ -24,7 +25,6 @@ from delivery.services.subscriptions import (
     EXPIRED_WHILE_DISABLED,
     ROTATION_OVERLAP,
     nats_subscription_ensure,
-    new_webhook_secret,
     subscription_create,
     subscription_delete,
     subscription_rotate_secret,

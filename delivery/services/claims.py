@@ -142,7 +142,7 @@ def _leased(keys: list[Any], *, lease: datetime, claimed_by: str) -> list[tuple[
     claimed notification leaves the due range of the index, so the next claims do not walk over
     the tries in flight (if this one never comes back, it is due again when its lease ends, or
     when the watchdog gives it back). Returns what a try and its recording read of each
-    (delivery/senders.py, notifications_record), in one statement where the database can
+    (delivery/channels/, notifications_record), in one statement where the database can
     (core.db.sql_update_returning)."""
     return sql_update_returning(
         Notification,

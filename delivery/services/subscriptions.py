@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import secrets
 import uuid
 from datetime import timedelta
 
@@ -14,6 +12,8 @@ from django.db.models import Q
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
+from delivery.channels import channel_for, channels
+from delivery.channels.nats import NATS
 from delivery.models import Notification, Subscription
 from delivery.validation import SubscriptionInput
 from tenants.models import Tenant
@@ -23,17 +23,12 @@ from tenants.selectors import tenant_ceilings_get
 ROTATION_OVERLAP = timedelta(hours=24)
 
 
-def new_webhook_secret() -> str:
-    """`whsec_` + base64 of 32 random bytes (Standard Webhooks)."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
 def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tuple[Subscription, str | None]:
-    """A subscription (webhook: with a new secret, returned once and stored sealed). A tenant has
-    at most its `subscriptions` ceiling (docs/flow-control.md,
-    "Operator ceilings"); operator-wide ones are not limited."""
+    """A subscription, with what its kind's channel stores (delivery/channels/: a webhook's new
+    secret, returned once and stored sealed). A tenant has at most its `subscriptions` ceiling
+    (docs/flow-control.md, "Operator ceilings"); operator-wide ones are not limited."""
     now = utcnow()
-    secret = new_webhook_secret() if data.kind == Subscription.Kind.WEBHOOK else None
+    made = channel_for(data.kind).create(data)
     with transaction.atomic():
         if tenant_id is not None:
             # The tenant's row, locked: two creates never both take the last place.
@@ -57,11 +52,11 @@ def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tu
             subject_template=data.subject_template or "",
             event_types=list(data.event_types or []),
             enabled=True if data.enabled is None else data.enabled,
-            secret=seal_value(secret) if secret else None,
             created_at=now,
             updated_at=now,
+            **made.columns,
         )
-    return subscription, secret
+    return subscription, made.shown_once
 
 
 def locked_subscription(tenant_id: str | None, subscription_id: uuid.UUID | str) -> Subscription:
@@ -84,10 +79,12 @@ def subscription_update(
     older than EVENT_DELIVERY_EXPIRY: they are EXPIRED (recoverable like any other)."""
     with transaction.atomic():
         subscription = locked_subscription(tenant_id, subscription_id)
-        if data.url is not None and subscription.kind != Subscription.Kind.WEBHOOK:
-            raise ValidationFailed({"url": ["Only webhook subscriptions have a URL."]})
-        if data.subject_template is not None and subscription.kind != Subscription.Kind.NATS:
-            raise ValidationFailed({"subjectTemplate": ["Only NATS subscriptions have a subject template."]})
+        # A channel's own fields belong to its kind's subscriptions only.
+        own = {field.column for field in channel_for(subscription.kind).fields}
+        for channel in channels():
+            for field in channel.fields:
+                if field.column not in own and getattr(data, field.column) is not None:
+                    raise ValidationFailed({field.wire: [field.only]})
         for field in ("name", "url", "subject_template", "event_types"):
             value = getattr(data, field)
             if value is not None:
@@ -142,9 +139,10 @@ def subscription_rotate_secret(*, tenant_id: str | None, subscription_id: uuid.U
     """A new signing secret (returned once); the old one keeps signing for ROTATION_OVERLAP."""
     with transaction.atomic():
         subscription = locked_subscription(tenant_id, subscription_id)
-        if subscription.kind != Subscription.Kind.WEBHOOK:
+        channel = channel_for(subscription.kind)
+        if not channel.signs:
             raise ValidationFailed({"kind": ["Only webhook subscriptions have a signing secret."]})
-        secret = new_webhook_secret()
+        secret = channel.new_secret()
         now = utcnow()
         subscription.previous_secret = subscription.secret
         subscription.previous_secret_until = now + ROTATION_OVERLAP
@@ -160,14 +158,14 @@ def nats_subscription_ensure() -> Subscription | None:
     if not settings.NATS_URL:
         return None
     with transaction.atomic():
-        existing = Subscription.objects.filter(tenant__isnull=True, kind=Subscription.Kind.NATS).first()
+        existing = Subscription.objects.filter(tenant__isnull=True, kind=NATS.kind).first()
         if existing is not None:
             return existing
         now = utcnow()
         return Subscription.objects.create(
             subscription_id=new_id(),
             tenant=None,
-            kind=Subscription.Kind.NATS,
+            kind=NATS.kind,
             name="NATS JetStream",
             subject_template=settings.NATS_SUBJECT_TEMPLATE,
             created_at=now,

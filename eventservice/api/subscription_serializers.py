@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from delivery.models import DeliveryAttempt, Notification, Subscription
+from delivery.channels import kinds, tenant_kinds
+from delivery.models import DeliveryAttempt, Notification
 from delivery.validation import EVENT_TYPES, MAX_NAME
 
 NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"
+# The kinds a tenant may make (delivery/channels/): `^webhook$`.
+_TENANT_KINDS = tenant_kinds()
+KIND_PATTERN = f"^{_TENANT_KINDS[0]}$" if len(_TENANT_KINDS) == 1 else f"^(?:{'|'.join(_TENANT_KINDS)})$"
 
 
 def _event_types(**kwargs) -> serializers.ListField:
@@ -28,7 +32,7 @@ class CreateSubscriptionSerializer(serializers.Serializer):
     # A pattern, not an enum: a second choice set for a field named `kind` (beside the outcome's
     # ErrorKind) would make drf-spectacular invent hashed enum names.
     kind = serializers.RegexField(
-        rf"^{Subscription.Kind.WEBHOOK.value}$",
+        KIND_PATTERN,
         required=False,
         help_text="`webhook` (the default): tenants make webhooks; NATS is configured by the operator.",
     )
@@ -81,7 +85,7 @@ class SubscriptionLinksSerializer(serializers.Serializer):
 class SubscriptionSerializer(serializers.Serializer):
     subscriptionId = serializers.UUIDField()
     tenantId = serializers.CharField()
-    kind = serializers.CharField(help_text=f"One of: {', '.join(Subscription.Kind.values)}.")
+    kind = serializers.CharField(help_text=f"One of: {', '.join(kinds())}.")
     name = serializers.CharField()
     url = serializers.CharField(allow_null=True, help_text="A webhook's endpoint.")
     eventTypes = serializers.ListField(child=serializers.CharField(), help_text="Empty: all.")

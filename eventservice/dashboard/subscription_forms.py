@@ -9,7 +9,7 @@ from typing import Any
 
 from django import forms
 
-from delivery.models import Subscription
+from delivery.channels import DEFAULT_KIND
 from delivery.validation import EVENT_TYPES
 
 # Wire field names (delivery.validation) -> the control that shows the error.
@@ -40,7 +40,7 @@ class SubscriptionForm(forms.Form):
         parsed, so that every mistake is shown at once)."""
         cleaned = getattr(self, "cleaned_data", {})
         return {
-            "kind": Subscription.Kind.WEBHOOK,
+            "kind": DEFAULT_KIND,
             "name": cleaned.get("name") or "",
             "url": cleaned.get("url") or "",
             "eventTypes": list(cleaned.get("event_types") or []),

@@ -11,6 +11,7 @@ from django.db import DatabaseError
 
 from core.ids import utcnow
 from delivery import runner
+from delivery.channels import webhook as webhook_channel
 from delivery.models import Notification
 from delivery.runner import Deliverer, deliver_now
 from delivery.services import (
@@ -202,7 +203,7 @@ def test_a_try_that_raises_is_a_failed_try_and_the_next_one_goes_out(transaction
             def broken(notification, started):
                 raise RuntimeError("a bug in the sender")
 
-            monkeypatch.setattr(runner, "webhook_request", broken)
+            monkeypatch.setattr(webhook_channel, "webhook_request", broken)
             assert deliverer.step() == 1
             wait_for(lambda: deliverer.results.qsize() == 1, timeout=5)
             monkeypatch.undo()
@@ -231,7 +232,7 @@ def test_a_failed_hand_over_to_the_sender_is_a_failed_try_and_frees_its_place(tr
         tries = [subscription_send_test(tenant_id="acme", subscription_id=subscription.pk) for _ in range(3)]
         deliverer = Deliverer(concurrency=2, batch_size=3)
         try:
-            monkeypatch.setattr(runner, "sender", lambda: Broken())
+            monkeypatch.setattr(webhook_channel, "sender", lambda: Broken())
             assert deliverer.step() == 3
             wait_for(lambda: deliverer.results.qsize() == 3, timeout=5)
             deliverer.record_ready()

@@ -559,7 +559,7 @@ def _ensured(publisher: JetStreamPublisher) -> bool:
 @pytest.fixture
 def own_publisher(monkeypatch):
     """The process's publisher made afresh for this test's settings, closed after it."""
-    from delivery import senders
+    from delivery.channels import nats as senders
 
     monkeypatch.setattr(senders, "_publisher", None)
     yield
@@ -573,10 +573,10 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
 ):
     """A claim's NATS notifications go out as one batch: each is stored once with its event's
     id as Nats-Msg-Id and its envelope as payload, each recorded with its own try's result."""
+    from delivery.channels.nats import nats_publisher
     from delivery.envelopes import event_body
     from delivery.models import DeliveryAttempt, Notification, Subscription
     from delivery.runner import Deliverer
-    from delivery.senders import nats_publisher
     from delivery.services import subscription_create, subscription_send_test
     from delivery.validation import SubscriptionInput
 
@@ -676,7 +676,7 @@ def test_without_nats_url_each_nats_try_of_a_batch_fails_on_its_own_and_is_recor
 def test_a_publisher_whose_stream_cannot_be_ensured_is_closed_not_left_behind(settings, own_publisher):
     """NATS down at the first delivery: the try fails, and the publisher made for it goes with
     its loop thread and its reconnecting connection (each later try makes a new one)."""
-    from delivery import senders
+    from delivery.channels import nats as senders
 
     settings.NATS_URL, settings.NATS_PUBLISH_TIMEOUT_MS = f"nats://127.0.0.1:{free_port()}", 300
     before = {t for t in threading.enumerate() if t.name == "nats-publisher"}
@@ -725,7 +725,7 @@ def test_an_event_of_accented_header_values_goes_to_nats_whole_as_utf8(
 ):
     """31 header values of 8 KiB of "é": 0.5 MB as UTF-8, 1.5 MB ASCII-escaped, which was over
     NATS's max_payload and held back the call's later events for the whole retry schedule."""
-    from delivery.senders import nats_publisher
+    from delivery.channels.nats import nats_publisher
     from delivery.services import subscription_create
     from delivery.validation import SubscriptionInput
 
@@ -759,7 +759,7 @@ def test_an_event_over_the_servers_max_payload_is_delivered_cut_and_the_calls_la
     """On a server whose max_payload is 256 KiB, the same call's ServiceCallSubmitted is still
     delivered: its payload cut to fit, marked, with the call's API URL to read the rest; the
     call's later event, which waits behind it, follows."""
-    from delivery.senders import nats_publisher
+    from delivery.channels.nats import nats_publisher
     from delivery.services import subscription_create
     from delivery.validation import SubscriptionInput
 

@@ -1,4 +1,4 @@
-"""The delivery loop's waiting tries (delivery/runner.py `_Waiting`): claimed and not started,
+"""The delivery loop's waiting tries (delivery/shares.py `Waiting`): claimed and not started,
 a queue per subscription, started in claim order as their subscriptions have room; a try that
 can no longer finish within its lease, or was claimed under a session found dead, is dropped."""
 
@@ -9,7 +9,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 from core.ids import utcnow
-from delivery.runner import _Waiting
+from delivery.shares import Waiting
 
 A, B, C = (uuid.UUID(int=n) for n in (1, 2, 3))
 NOW = utcnow()
@@ -25,7 +25,7 @@ def names(batch) -> list[str]:
     return [n.name for n in batch]
 
 
-def take(waiting: _Waiting, *, room: set, dropped: list | None = None):
+def take(waiting: Waiting, *, room: set, dropped: list | None = None):
     batch = waiting.take_first(
         lambda subscriptions: set(subscriptions) <= room,
         stale=lambda batch: any(n.lease_until <= NOW or n.claimed_by != "s1" for n in batch),
@@ -35,7 +35,7 @@ def take(waiting: _Waiting, *, room: set, dropped: list | None = None):
 
 
 def test_the_earliest_claimed_try_among_the_subscriptions_with_room_starts_first():
-    waiting = _Waiting()
+    waiting = Waiting()
     for batch in ([claimed(A, "a1")], [claimed(B, "b1")], [claimed(A, "a2")], [claimed(B, "b2")]):
         waiting.add(batch)
     assert take(waiting, room={A, B}) == ["a1"]
@@ -48,7 +48,7 @@ def test_the_earliest_claimed_try_among_the_subscriptions_with_room_starts_first
 
 
 def test_a_nats_batch_of_several_subscriptions_waits_until_each_of_them_has_room():
-    waiting = _Waiting()
+    waiting = Waiting()
     waiting.add([claimed(B, "nats-b"), claimed(C, "nats-c")])
     waiting.add([claimed(A, "a1")])
     assert take(waiting, room={B, A}) == ["a1"]  # C has no room: the batch waits, the later try goes
@@ -56,7 +56,7 @@ def test_a_nats_batch_of_several_subscriptions_waits_until_each_of_them_has_room
 
 
 def test_stale_tries_are_dropped_as_they_reach_the_head_of_their_queue_and_never_started():
-    waiting = _Waiting()
+    waiting = Waiting()
     waiting.add([claimed(A, "a-expiring", lease_s=-1)])
     waiting.add([claimed(A, "a-good")])
     waiting.add([claimed(A, "a-dead-session", session="s0")])
@@ -71,7 +71,7 @@ def test_stale_tries_are_dropped_as_they_reach_the_head_of_their_queue_and_never
 
 
 def test_clear_gives_every_waiting_try_back_in_claim_order():
-    waiting = _Waiting()
+    waiting = Waiting()
     for batch in ([claimed(B, "b1")], [claimed(A, "a1")], [claimed(B, "b2")]):
         waiting.add(batch)
     assert [names(batch) for batch in list(waiting)] == [["b1"], ["a1"], ["b2"]]

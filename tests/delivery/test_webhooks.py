@@ -11,9 +11,9 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from core.ids import utcnow
+from delivery.channels.webhook import webhook_signature
 from delivery.envelopes import event_body
 from delivery.models import DeliveryAttempt, Notification, Subscription
-from delivery.senders import webhook_signature
 from delivery.services import (
     GONE_REASON,
     new_webhook_secret,
@@ -374,7 +374,7 @@ def test_an_envelope_goes_as_utf8_json_signed_over_the_exact_bytes_sent(transact
 
 
 def test_an_envelope_over_the_webhook_limit_is_cut_to_fit_and_still_verifies(transactional_db, world, monkeypatch):
-    from delivery import senders
+    from delivery.channels import webhook as senders
 
     monkeypatch.setattr(senders, "WEBHOOK_MAX_BODY_BYTES", 64 * 1024)
     headers = {f"X-Accented-{n}": "é" * 8192 for n in range(31)}
