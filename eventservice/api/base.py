@@ -1,4 +1,5 @@
-"""The base of every tenant-scoped API view: who is calling, for which tenant.
+"""The base of every tenant-scoped API view: who is calling, for which tenant; and of the views
+of a tenant's collections (calls, schedules, subscriptions): pages of it, items by id.
 
 A caller sees a tenant's resources only as that tenant (its API key) or as a member (a
 browser session); anyone else gets 404, never 403, so nothing reveals what exists.
@@ -9,10 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 from rest_framework.views import APIView
@@ -119,9 +122,10 @@ class Page:
     previous: str | None
 
 
-def paging_params(request: Request) -> tuple[int, Cursor | None]:
-    """Read and check `limit` and `cursor`; raises ValidationFailed (400) on bad values."""
-    errors: dict[str, list[str]] = {}
+def paging_params(request: Request, *, errors: dict[str, list[str]] | None = None) -> tuple[int, Cursor | None]:
+    """Read and check `limit` and `cursor`; raises ValidationFailed (400) on bad values, naming
+    after `errors` (what the view found wrong before: a filter's) the paging ones, if any."""
+    errors = dict(errors or {})
     limit = DEFAULT_LIMIT
     try:
         limit = parse_limit(request.query_params.get("limit"), default=DEFAULT_LIMIT, maximum=MAX_LIMIT)
@@ -174,3 +178,32 @@ def _page_url(request: Request, cursor: Cursor | None) -> str | None:
     url = request.build_absolute_uri()
     url = remove_query_param(url, "cursor")
     return replace_query_param(url, "cursor", cursor.encode())
+
+
+class TenantCollectionApi(TenantApiView):
+    """A view of one of the tenant's collections: a page of it, or an item named in the path.
+
+    Items are read through selectors that take `self.tenant_id`, so another tenant's item
+    answers 404 like one that does not exist; so does an id that is not a UUID (`item_id`).
+    """
+
+    # Names an item in a 404: "Service call abc not found."
+    item_name = "Item"
+
+    def page_of(self, queryset: Any) -> Page:
+        """One page of `queryset` (newest first) by the request's `limit` and `cursor`."""
+        limit, cursor = paging_params(self.request)
+        return keyset_page(queryset, self.request, limit=limit, cursor=cursor)
+
+    def page_response(self, page: Page, represent: Callable[[Any], dict[str, Any]]) -> Response:
+        """The page's wire shape: `{results, next, previous}`."""
+        return Response(
+            {"results": [represent(item) for item in page.items], "next": page.next, "previous": page.previous}
+        )
+
+    def item_id(self, raw: str, item_name: str | None = None) -> uuid.UUID:
+        """The UUID in a path; 404 naming the item (`item_name`, or the view's) when it is none."""
+        try:
+            return uuid.UUID(raw)
+        except ValueError:
+            raise NotFound(f"{item_name or self.item_name} {raw} not found.") from None

@@ -1,7 +1,8 @@
 """One exception handler: every API error becomes RFC 7807 `application/problem+json`.
 
 Body: `{type, title, status, detail, correlationId}` and, for invalid input,
-`errors: {field: [messages]}` with the wire field names.
+`errors: {field: [messages]}` with the wire field names. Any other path under /api/ is such a
+404 too (ApiNotFound).
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404
 from rest_framework import exceptions, status
+from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import set_rollback
+from rest_framework.views import APIView, set_rollback
 
-from core.errors import ApplicationError
+from core.errors import ApplicationError, NotFound
 
 logger = logging.getLogger("eventservice.api")
 
@@ -174,3 +176,14 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         detail="An unexpected error occurred; quote the correlation id when reporting it.",
         request=request,
     )
+
+
+class ApiNotFound(APIView):
+    """Any other path under /api/: a problem+json 404 rather than an HTML page."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+    schema = None  # not part of the OpenAPI document
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        raise NotFound("There is no API resource at this path.")

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from core.errors import ValidationFailed
-from eventservice.api import service_call_serializers as s
 from eventservice.api.base import TenantApiView
-from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from eventservice.api.service_calls import TENANT_PARAM
+from eventservice.api.schema import TENANT_PARAM, problem_responses
 from orchestration.admission import flow_control_set, flow_limits_effective, flow_limits_get
 from orchestration.flow import MAX_HOSTS, MAX_PARALLELISM, MAX_RATE, MIN_RATE, validate_flow_control
 from tenants.selectors import tenant_ceilings_get
@@ -78,19 +76,13 @@ EXAMPLE = OpenApiExample(
 )
 
 
-def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
-    descriptions = {
+_problems = problem_responses(
+    {
         400: "Invalid limits, no body, or a limit above the operator's ceiling (`errors` names the fields); "
         "nothing is stored.",
-        401: "No or unknown credentials.",
-        403: "CSRF check failed (browser sessions).",
         404: "No such tenant for this caller.",
-        413: "Request body too large.",
     }
-    return {
-        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
-        for code in codes
-    }
+)
 
 
 class FlowControlGetApi(TenantApiView):

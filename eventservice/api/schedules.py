@@ -18,10 +18,8 @@ from rest_framework.response import Response
 
 from core.ids import utcnow
 from eventservice.api import schedule_serializers as ss
-from eventservice.api import service_call_serializers as s
-from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT, TenantApiView, keyset_page, paging_params
-from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from eventservice.api.service_calls import TENANT_PARAM
+from eventservice.api.base import TenantApiView, TenantCollectionApi
+from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, problem_responses
 from schedules.cron import next_occurrences
 from schedules.models import Schedule
 from schedules.representation import (
@@ -35,35 +33,19 @@ from schedules.services import schedule_create, schedule_delete, schedule_update
 from schedules.validation import validate_preview, validate_schedule
 
 SCHEDULE_PARAM = OpenApiParameter("schedule_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
-PAGING_PARAMS = [
-    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
-    OpenApiParameter(
-        "cursor",
-        {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
-        description="Opaque; from a `next` or `previous` link.",
-    ),
-]
-
-
-def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
-    descriptions = {
+_problems = problem_responses(
+    {
         400: "Invalid input (`errors` names the fields); nothing is stored.",
-        401: "No or unknown credentials.",
-        403: "CSRF check failed (browser sessions).",
         404: "No such tenant or schedule for this caller.",
-        413: "Request body too large.",
     }
-    return {
-        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
-        for code in codes
-    }
+)
 
 
 def _detail(request: Request, schedule: Schedule) -> dict[str, Any]:
     return schedule_detail_representation(schedule, calls=schedule_calls(schedule=schedule), request=request)
 
 
-class ScheduleListApi(TenantApiView):
+class ScheduleListApi(TenantCollectionApi):
     """GET the tenant's schedules, newest first, cursor-paginated."""
 
     @extend_schema(
@@ -74,19 +56,12 @@ class ScheduleListApi(TenantApiView):
         responses={200: ss.SchedulePageSerializer, **_problems(400, 401, 404)},
     )
     def get(self, request: Request, tenant_id: str) -> Response:
-        limit, cursor = paging_params(request)
-        page = keyset_page(schedules_for_tenant(tenant_id=self.tenant_id), request, limit=limit, cursor=cursor)
+        page = self.page_of(schedules_for_tenant(tenant_id=self.tenant_id))
         now = utcnow()
-        return Response(
-            {
-                "results": [schedule_representation(row, request=request, now=now) for row in page.items],
-                "next": page.next,
-                "previous": page.previous,
-            }
-        )
+        return self.page_response(page, lambda row: schedule_representation(row, request=request, now=now))
 
 
-class ScheduleCreateApi(TenantApiView):
+class ScheduleCreateApi(TenantCollectionApi):
     """POST a schedule: 201 with it, its next runs and the first call, already made ahead."""
 
     @extend_schema(
@@ -137,7 +112,7 @@ class SchedulePreviewApi(TenantApiView):
         return Response({"cron": cron, "timezone": zone, "nextRuns": [run_representation(at, zone) for at in runs]})
 
 
-class ScheduleGetApi(TenantApiView):
+class ScheduleGetApi(TenantCollectionApi):
     @extend_schema(
         operation_id="schedules_retrieve",
         summary="Get a schedule with its next runs and recent calls",
@@ -148,7 +123,7 @@ class ScheduleGetApi(TenantApiView):
         return Response(_detail(request, schedule_get(tenant_id=self.tenant_id, schedule_id=schedule_id)))
 
 
-class ScheduleUpdateApi(TenantApiView):
+class ScheduleUpdateApi(TenantCollectionApi):
     @extend_schema(
         operation_id="schedules_update",
         summary="Change, pause or resume a schedule",
@@ -174,7 +149,7 @@ class ScheduleUpdateApi(TenantApiView):
         return Response(_detail(request, schedule))
 
 
-class ScheduleDeleteApi(TenantApiView):
+class ScheduleDeleteApi(TenantCollectionApi):
     @extend_schema(
         operation_id="schedules_destroy",
         summary="Delete a schedule",

@@ -252,18 +252,3 @@ class RerunInputSerializer(serializers.Serializer):
         allow_null=True,
         help_text="As a submission's: ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
     )
-
-
-class ProblemSerializer(serializers.Serializer):
-    """RFC 7807 problem details."""
-
-    type = serializers.CharField()
-    title = serializers.CharField()
-    status = serializers.IntegerField()
-    detail = serializers.CharField()
-    correlationId = serializers.CharField()
-    errors = serializers.DictField(
-        child=serializers.ListField(child=serializers.CharField()),
-        required=False,
-        help_text="For invalid input: wire field name to messages.",
-    )

@@ -16,20 +16,13 @@ from rest_framework import status
 from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
-from core.errors import NotFound, ValidationFailed
+from core.errors import ValidationFailed
 from eventservice.api import service_call_serializers as s
-from eventservice.api.base import (
-    DEFAULT_LIMIT,
-    MAX_LIMIT,
-    TenantApiView,
-    keyset_page,
-    paging_params,
-    parse_limit,
-)
+from eventservice.api.base import TenantApiView, TenantCollectionApi, keyset_page, paging_params, parse_limit
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
 from eventservice.api.parsers import JSONParser
+from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, ProblemSerializer, problem_responses
 from eventservice.api.throttles import SubmissionThrottle
 from eventservice.representation import service_call_detail_representation
 from execution.selectors import attempts_for_call
@@ -46,30 +39,13 @@ from orchestration.services import (
 from orchestration.validation import validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
-from tenants.models import TENANT_SLUG_PATTERN
 
-
-def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
-    descriptions = {
-        400: "Invalid input (`errors` names the fields).",
-        401: "No or unknown credentials.",
-        403: "CSRF check failed (browser sessions).",
+_problems = problem_responses(
+    {
         404: "No such tenant or call for this caller.",
         409: "Idempotency key reused with a different payload.",
-        413: "Request body too large.",
         429: "Past the tenant's submissions ceiling (`Retry-After` says when to try again).",
     }
-    return {
-        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
-        for code in codes
-    }
-
-
-TENANT_PARAM = OpenApiParameter(
-    "tenant_id",
-    {"type": "string", "pattern": TENANT_SLUG_PATTERN},
-    OpenApiParameter.PATH,
-    description="Tenant id (slug).",
 )
 # A filter time: a date-time with a zone, a date, or empty (no bound), as forms send it.
 INSTANT = {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}, {"maxLength": 0}]}
@@ -82,7 +58,13 @@ def _call(request: Request, tenant_id: str, service_call_id: Any) -> dict[str, A
     return service_call_representation(call, request=request)
 
 
-class ServiceCallListApi(TenantApiView):
+class ServiceCallBaseApi(TenantCollectionApi):
+    """The base of the views of the tenant's calls."""
+
+    item_name = "Service call"
+
+
+class ServiceCallListApi(ServiceCallBaseApi):
     """GET the tenant's calls, newest submitted first, filtered, cursor-paginated."""
 
     @extend_schema(
@@ -119,38 +101,19 @@ class ServiceCallListApi(TenantApiView):
             OpenApiParameter("dueFrom", INSTANT, description=INSTANT_HELP),
             OpenApiParameter("dueTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
             OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
-            OpenApiParameter(
-                "limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}
-            ),
-            OpenApiParameter(
-                "cursor",
-                {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
-                description="Opaque; from a `next` or `previous` link.",
-            ),
+            *PAGING_PARAMS,
         ],
         responses={200: s.ServiceCallPageSerializer, **_problems(400, 401, 404)},
     )
     def get(self, request: Request, tenant_id: str) -> Response:
         queryset = service_calls_for_tenant(tenant_id=self.tenant_id)
         filterset = ServiceCallFilter(request.query_params, queryset=queryset, tenant_id=self.tenant_id)
-        errors = {} if filterset.is_valid() else filter_errors(filterset)
-        try:
-            limit, cursor = paging_params(request)
-        except ValidationFailed as exc:
-            errors.update(exc.errors)
-        if errors:
-            raise ValidationFailed(errors)
+        limit, cursor = paging_params(request, errors={} if filterset.is_valid() else filter_errors(filterset))
         page = keyset_page(filterset.qs, request, limit=limit, cursor=cursor)
-        return Response(
-            {
-                "results": [service_call_representation(call, request=request) for call in page.items],
-                "next": page.next,
-                "previous": page.previous,
-            }
-        )
+        return self.page_response(page, lambda call: service_call_representation(call, request=request))
 
 
-class ServiceCallSubmitApi(TenantApiView):
+class ServiceCallSubmitApi(ServiceCallBaseApi):
     """POST a new call: 202 (created), 200 (idempotent replay), 409 (key reused differently),
     429 past the tenant's submissions ceiling."""
 
@@ -197,7 +160,7 @@ class ServiceCallsApi(ServiceCallListApi, ServiceCallSubmitApi):
     """The collection path: GET is ServiceCallListApi.get, POST is ServiceCallSubmitApi.post."""
 
 
-class ServiceCallDetailApi(TenantApiView):
+class ServiceCallDetailApi(ServiceCallBaseApi):
     """GET one call with its attempt log and its events."""
 
     @extend_schema(
@@ -217,7 +180,7 @@ class ServiceCallDetailApi(TenantApiView):
         return Response(body)
 
 
-class ServiceCallTagsApi(TenantApiView):
+class ServiceCallTagsApi(ServiceCallBaseApi):
     """PUT the whole tag set of a call (emits ServiceCallTagged when it changes)."""
 
     @extend_schema(
@@ -236,14 +199,14 @@ class ServiceCallTagsApi(TenantApiView):
             raise ValidationFailed({"body": [f"Unknown fields: {', '.join(sorted(unknown))}."]})
         call = service_call_tags_set(
             tenant_id=self.tenant_id,
-            service_call_id=_call_id(service_call_id),
+            service_call_id=self.item_id(service_call_id),
             tags=data["tags"],
             correlation_id=request.correlation_id,
         )
         return Response(_call(request, self.tenant_id, call.service_call_id))
 
 
-class ServiceCallRerunApi(TenantApiView):
+class ServiceCallRerunApi(ServiceCallBaseApi):
     """POST: submit a new call with the same request (new id), due now or at the body's dueAt."""
 
     # A rerun took no body before it took `dueAt`: a client posting an empty form (as test
@@ -272,7 +235,7 @@ class ServiceCallRerunApi(TenantApiView):
         due_at = validate_rerun(request.data)
         call = service_call_rerun(
             tenant_id=self.tenant_id,
-            service_call_id=_call_id(service_call_id),
+            service_call_id=self.item_id(service_call_id),
             correlation_id=request.correlation_id,
             due_at=due_at,
         )
@@ -280,7 +243,7 @@ class ServiceCallRerunApi(TenantApiView):
         return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["links"]["self"]})
 
 
-class ServiceCallCancelApi(TenantApiView):
+class ServiceCallCancelApi(ServiceCallBaseApi):
     """POST: call off a Scheduled call (docs/retries.md, 'Cancel')."""
 
     @extend_schema(
@@ -298,14 +261,14 @@ class ServiceCallCancelApi(TenantApiView):
             200: OpenApiResponse(s.ServiceCallSerializer, description="The call, now Cancelled."),
             **_problems(401, 403, 404),
             (409, PROBLEM_CONTENT_TYPE): OpenApiResponse(
-                s.ProblemSerializer, description="The call is Running or finished (the detail names its status)."
+                ProblemSerializer, description="The call is Running or finished (the detail names its status)."
             ),
         },
     )
     def post(self, request: Request, tenant_id: str, service_call_id: str) -> Response:
         call = service_call_cancel(
             tenant_id=self.tenant_id,
-            service_call_id=_call_id(service_call_id),
+            service_call_id=self.item_id(service_call_id),
             correlation_id=request.correlation_id,
         )
         return Response(_call(request, self.tenant_id, call.service_call_id))
@@ -395,7 +358,7 @@ class TenantEventsApi(TenantApiView):
         if digits != raw and digits.isascii() and digits.isdigit() and len(digits) <= 18:
             return int(digits)
         try:
-            event_id = _uuid(raw)
+            event_id = uuid.UUID(raw)
         except ValueError:
             raise ValueError("after must be the iterator of a previous page or an event's id.") from None
         position = feed_seq_of_event(tenant_id=self.tenant_id, event_id=event_id)
@@ -411,25 +374,3 @@ def _event_types(raw_values: list[str]) -> set[str] | None:
         shown = ", ".join(name[:64] for name in unknown[:5])
         raise ValueError(f"Unknown event type ({shown}); known types: {', '.join(EVENT_TYPES)}.")
     return names or None
-
-
-class ApiNotFound(APIView):
-    """Any other path under /api/: a problem+json 404 rather than an HTML page."""
-
-    authentication_classes: list = []
-    permission_classes: list = []
-    schema = None  # not part of the OpenAPI document
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        raise NotFound("There is no API resource at this path.")
-
-
-def _uuid(raw: str) -> uuid.UUID:
-    return uuid.UUID(raw)
-
-
-def _call_id(raw: str) -> uuid.UUID:
-    try:
-        return _uuid(raw)
-    except ValueError:
-        raise NotFound(f"Service call {raw} not found.") from None

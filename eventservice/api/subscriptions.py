@@ -8,7 +8,6 @@ subscriptions only: the operator-wide ones (no tenant) are not reachable here.
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +18,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.errors import NotFound, ValidationFailed
+from core.errors import ValidationFailed
 from core.ids import utcnow
 from delivery.models import Notification, Subscription
 from delivery.representation import notification_representation, subscription_representation
@@ -40,49 +39,25 @@ from delivery.services import (
     subscription_update,
 )
 from delivery.validation import validate_subscription
-from eventservice.api import service_call_serializers as s
 from eventservice.api import subscription_serializers as ss
-from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT, TenantApiView, keyset_page, paging_params
-from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from eventservice.api.service_calls import TENANT_PARAM
+from eventservice.api.base import TenantCollectionApi, keyset_page, paging_params
+from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, problem_responses
 from eventservice.api.throttles import PingThrottle
 
 SUBSCRIPTION_PARAM = OpenApiParameter("subscription_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 NOTIFICATION_PARAM = OpenApiParameter(
     "notification_id", OpenApiTypes.UUID, OpenApiParameter.PATH, description="A delivery's `notificationId`."
 )
-PAGING_PARAMS = [
-    OpenApiParameter("limit", {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}),
-    OpenApiParameter(
-        "cursor",
-        {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$"},
-        description="Opaque; from a `next` or `previous` link.",
-    ),
-]
 STATES = Notification.State.values
 MAX_SINCE = 64
 
 
-def _problems(*codes: int) -> dict[Any, OpenApiResponse]:
-    descriptions = {
-        400: "Invalid input (`errors` names the fields).",
-        401: "No or unknown credentials.",
-        403: "CSRF check failed (browser sessions).",
+_problems = problem_responses(
+    {
         404: "No such tenant, subscription or delivery for this caller.",
-        413: "Request body too large.",
         429: "Past the tenant's ceiling (`Retry-After` says when to try again).",
     }
-    return {
-        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(s.ProblemSerializer, description=descriptions[code])
-        for code in codes
-    }
-
-
-def _id(raw: str, what: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(raw)
-    except ValueError:
-        raise NotFound(f"{what} {raw} not found.") from None
+)
 
 
 def _subscription(request: Request, subscription: Subscription) -> dict[str, Any]:
@@ -95,7 +70,13 @@ def _subscription(request: Request, subscription: Subscription) -> dict[str, Any
 SECRET_HEADERS = {"Cache-Control": "no-store"}
 
 
-class SubscriptionListApi(TenantApiView):
+class SubscriptionBaseApi(TenantCollectionApi):
+    """The base of the views of the tenant's subscriptions and their deliveries."""
+
+    item_name = "Subscription"
+
+
+class SubscriptionListApi(SubscriptionBaseApi):
     """GET the tenant's own subscriptions, newest first, cursor-paginated."""
 
     @extend_schema(
@@ -106,22 +87,15 @@ class SubscriptionListApi(TenantApiView):
         responses={200: ss.SubscriptionPageSerializer, **_problems(400, 401, 404)},
     )
     def get(self, request: Request, tenant_id: str) -> Response:
-        limit, cursor = paging_params(request)
-        page = keyset_page(subscriptions_for_tenant(tenant_id=self.tenant_id), request, limit=limit, cursor=cursor)
+        page = self.page_of(subscriptions_for_tenant(tenant_id=self.tenant_id))
         figures = subscription_figures(subscription_ids=[row.subscription_id for row in page.items])
-        return Response(
-            {
-                "results": [
-                    subscription_representation(row, figures=figures.get(row.subscription_id), request=request)
-                    for row in page.items
-                ],
-                "next": page.next,
-                "previous": page.previous,
-            }
+        return self.page_response(
+            page,
+            lambda row: subscription_representation(row, figures=figures.get(row.subscription_id), request=request),
         )
 
 
-class SubscriptionCreateApi(TenantApiView):
+class SubscriptionCreateApi(SubscriptionBaseApi):
     """POST a webhook subscription: 201 with its signing secret, shown this once."""
 
     @extend_schema(
@@ -152,7 +126,7 @@ class SubscriptionsApi(SubscriptionListApi, SubscriptionCreateApi):
     """The collection path: GET is SubscriptionListApi.get, POST is SubscriptionCreateApi.post."""
 
 
-class SubscriptionGetApi(TenantApiView):
+class SubscriptionGetApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="subscriptions_retrieve",
         summary="Get a subscription with its figures",
@@ -164,7 +138,7 @@ class SubscriptionGetApi(TenantApiView):
         return Response(_subscription(request, subscription))
 
 
-class SubscriptionUpdateApi(TenantApiView):
+class SubscriptionUpdateApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="subscriptions_update",
         summary="Change a subscription",
@@ -186,7 +160,7 @@ class SubscriptionUpdateApi(TenantApiView):
         return Response(_subscription(request, subscription))
 
 
-class SubscriptionDeleteApi(TenantApiView):
+class SubscriptionDeleteApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="subscriptions_destroy",
         summary="Delete a subscription",
@@ -196,7 +170,7 @@ class SubscriptionDeleteApi(TenantApiView):
         responses={204: OpenApiResponse(description="Deleted."), **_problems(401, 403, 404)},
     )
     def delete(self, request: Request, tenant_id: str, subscription_id: str) -> Response:
-        subscription_delete(tenant_id=self.tenant_id, subscription_id=_id(subscription_id, "Subscription"))
+        subscription_delete(tenant_id=self.tenant_id, subscription_id=self.item_id(subscription_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -204,7 +178,7 @@ class SubscriptionDetailApi(SubscriptionGetApi, SubscriptionUpdateApi, Subscript
     """The subscription's path: GET, PATCH and DELETE, one view class each."""
 
 
-class SubscriptionRotateSecretApi(TenantApiView):
+class SubscriptionRotateSecretApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="subscriptions_rotate_secret",
         summary="Rotate a webhook's signing secret",
@@ -217,13 +191,11 @@ class SubscriptionRotateSecretApi(TenantApiView):
         responses={200: ss.SecretSerializer, **_problems(400, 401, 403, 404)},
     )
     def post(self, request: Request, tenant_id: str, subscription_id: str) -> Response:
-        _, secret = subscription_rotate_secret(
-            tenant_id=self.tenant_id, subscription_id=_id(subscription_id, "Subscription")
-        )
+        _, secret = subscription_rotate_secret(tenant_id=self.tenant_id, subscription_id=self.item_id(subscription_id))
         return Response({"secret": secret}, headers=SECRET_HEADERS)
 
 
-class SubscriptionTestApi(TenantApiView):
+class SubscriptionTestApi(SubscriptionBaseApi):
     throttle_classes = [PingThrottle]
 
     @extend_schema(
@@ -241,9 +213,7 @@ class SubscriptionTestApi(TenantApiView):
         },
     )
     def post(self, request: Request, tenant_id: str, subscription_id: str) -> Response:
-        notification = subscription_send_test(
-            tenant_id=self.tenant_id, subscription_id=_id(subscription_id, "Subscription")
-        )
+        notification = subscription_send_test(tenant_id=self.tenant_id, subscription_id=self.item_id(subscription_id))
         return Response(notification_representation(notification, request=request), status=status.HTTP_202_ACCEPTED)
 
 
@@ -278,7 +248,7 @@ def parse_since(data: Any, *, now: datetime | None = None) -> datetime:
     return parsed
 
 
-class SubscriptionRecoverApi(TenantApiView):
+class SubscriptionRecoverApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="subscriptions_recover",
         summary="Try failed deliveries again",
@@ -299,7 +269,7 @@ class SubscriptionRecoverApi(TenantApiView):
         return Response({"requeued": requeued})
 
 
-class SubscriptionDeliveriesApi(TenantApiView):
+class SubscriptionDeliveriesApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="subscriptions_deliveries",
         summary="List a subscription's deliveries",
@@ -318,28 +288,17 @@ class SubscriptionDeliveriesApi(TenantApiView):
         state = request.query_params.get("state") or None
         if state is not None and state not in STATES:
             errors["state"] = [f"state must be one of: {', '.join(STATES)}."]
-        try:
-            limit, cursor = paging_params(request)
-        except ValidationFailed as exc:
-            errors.update(exc.errors)
-        if errors:
-            raise ValidationFailed(errors)
+        limit, cursor = paging_params(request, errors=errors)
         page = keyset_page(
             notifications_for_subscription(subscription=subscription, state=state),
             request,
             limit=limit,
             cursor=cursor,
         )
-        return Response(
-            {
-                "results": [notification_representation(row, request=request) for row in page.items],
-                "next": page.next,
-                "previous": page.previous,
-            }
-        )
+        return self.page_response(page, lambda row: notification_representation(row, request=request))
 
 
-class DeliveryResendApi(TenantApiView):
+class DeliveryResendApi(SubscriptionBaseApi):
     @extend_schema(
         operation_id="deliveries_resend",
         summary="Send one delivery again now",
@@ -352,7 +311,7 @@ class DeliveryResendApi(TenantApiView):
         },
     )
     def post(self, request: Request, tenant_id: str, notification_id: str) -> Response:
-        pk = _id(notification_id, "Delivery")
+        pk = self.item_id(notification_id, "Delivery")
         notification_resend(tenant_id=self.tenant_id, notification_id=pk)
         notification = notification_get(tenant_id=self.tenant_id, notification_id=pk)
         return Response(notification_representation(notification, request=request), status=status.HTTP_202_ACCEPTED)

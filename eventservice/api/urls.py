@@ -1,7 +1,7 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from eventservice.api import flow_control, ops, schedules, schema, service_calls, subscriptions  # noqa: F401 (schema registers the auth scheme)
+from eventservice.api import errors, flow_control, ops, schedules, schema, service_calls, subscriptions  # noqa: F401 (schema registers the auth scheme)
 
 app_name = "api"
 
@@ -45,7 +45,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     # Any other /api/ path is a problem+json 404 (but /api/docs and /api/schema get the slash).
-    re_path(r"^api/(?!docs$|schema$)", service_calls.ApiNotFound.as_view(), name="not-found"),
+    re_path(r"^api/(?!docs$|schema$)", errors.ApiNotFound.as_view(), name="not-found"),
     path("healthz", ops.healthz, name="healthz"),
     path("metrics", ops.metrics, name="metrics"),
 ]
