@@ -48,13 +48,12 @@ def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tu
             tenant_id=tenant_id,
             kind=data.kind,
             name=data.name,
-            url=data.url or "",
-            subject_template=data.subject_template or "",
             event_types=list(data.event_types or []),
             enabled=True if data.enabled is None else data.enabled,
             created_at=now,
             updated_at=now,
-            **made.columns,
+            # The channels' fields as given, then what the kind's own channel stores.
+            **{"url": data.url or "", "subject_template": data.subject_template or "", **made.columns},
         )
     return subscription, made.shown_once
 
