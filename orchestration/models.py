@@ -131,7 +131,7 @@ class ServiceCall(models.Model):
             ),
             # Scheduled calls that flow control does not hold, by tenant and due time: a limited
             # tenant's due calls that no start has decided yet (flow control's due order across
-            # processes, orchestration.admission._undecided).
+            # processes, orchestration.admission.held._undecided).
             models.Index(
                 fields=["tenant", "due_at", "service_call_id"],
                 condition=Q(status="Scheduled", held_since__isnull=True),

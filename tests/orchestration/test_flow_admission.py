@@ -82,7 +82,7 @@ def test_a_held_call_starts_when_a_running_one_finishes_and_keeps_its_wait(world
 def test_the_flow_loops_look_for_held_calls_sees_them_and_only_them(world):
     """any_held, the flow loop's look 50 times a second (a statement written once per process),
     answers as the ORM's query of held calls does."""
-    from orchestration.admission import _held
+    from orchestration.admission.held import _held
 
     first = make_call(name="first", due_in=60)
     assert any_held() is _held().exists() is False  # Scheduled, not held
