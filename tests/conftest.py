@@ -93,3 +93,12 @@ def pytest_collection_modifyitems(config, items):
         )
         for item in nats_items:
             item.add_marker(skip_nats)
+
+
+@pytest.fixture
+def still_throttle_clock(monkeypatch):
+    """The request ceilings' clock stands still (eventservice/api/throttles.py): a test's requests
+    all fall in one window, however slow the machine is between them."""
+    from eventservice.api.throttles import CeilingThrottle
+
+    monkeypatch.setattr(CeilingThrottle, "timer", staticmethod(lambda: 1_000_000.0))

@@ -23,7 +23,7 @@ def empty_limits_cache(db):
     caches["limits"].clear()
 
 
-def test_submissions_past_the_ceiling_get_429_with_retry_after(acme_api):
+def test_submissions_past_the_ceiling_get_429_with_retry_after(acme_api, still_throttle_clock):
     make_ceilings("acme", submissionsPerSecond=2)
     for _ in range(2):
         assert acme_api.post(calls_url("acme"), valid_payload()).status_code == 202
@@ -36,7 +36,7 @@ def test_submissions_past_the_ceiling_get_429_with_retry_after(acme_api):
     assert ServiceCall.objects.count() == 2
 
 
-def test_the_submission_ceiling_counts_per_api_key_and_tenant(acme_api, globex_api):
+def test_the_submission_ceiling_counts_per_api_key_and_tenant(acme_api, globex_api, still_throttle_clock):
     make_ceilings("acme", submissionsPerSecond=1)
     make_ceilings("globex", submissionsPerSecond=1)
     assert acme_api.post(calls_url("acme"), valid_payload()).status_code == 202
@@ -49,7 +49,7 @@ def test_the_submission_ceiling_counts_per_api_key_and_tenant(acme_api, globex_a
     assert acme_api.get(calls_url("acme")).status_code == 200
 
 
-def test_a_rerun_counts_as_a_submission(acme_api):
+def test_a_rerun_counts_as_a_submission(acme_api, still_throttle_clock):
     make_ceilings("acme", submissionsPerSecond=1)
     call = acme_api.post(calls_url("acme"), valid_payload()).json()
 

@@ -14,6 +14,7 @@ from core.errors import Conflict, NotFound, ValidationFailed
 from core.ids import iso_ms, short_id
 from core.rendering import json_response
 from delivery.selectors import deliveries_for_call
+from eventservice.api.throttles import SubmissionThrottle, page_over_ceiling
 from eventservice.dashboard.forms import FavoriteForm, RerunForm, TagsForm, page_message, split_tags
 from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.timeline import call_timeline
@@ -139,6 +140,10 @@ def call_rerun(request: HttpRequest, service_call_id: uuid.UUID) -> HttpResponse
         if not form.is_valid():
             raise _invalid(form)
         due_at = validate_rerun(form.wire_data())
+        over = page_over_ceiling(SubmissionThrottle, request, call.tenant_id)
+        if over:
+            messages.error(request, f"Not submitted again. {over}")
+            return redirect_back(request, _detail_url(call))
         new_call = service_call_rerun(
             tenant_id=call.tenant_id,
             service_call_id=call.service_call_id,

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_http_methods
 
 from core.errors import Conflict, NotFound, ValidationFailed
+from eventservice.api.throttles import SubmissionThrottle, page_over_ceiling
 from eventservice.dashboard.forms import RequestForm
 from eventservice.dashboard.tenancy import tenant_required
 from orchestration.models import FAVORITE_TAG, ServiceCall
@@ -60,6 +61,10 @@ def _submit(request: HttpRequest, form: RequestForm):
         form.add_wire_errors(exc.errors)
         return None
     if not parsed:
+        return None
+    over = page_over_ceiling(SubmissionThrottle, request, request.tenant.id)
+    if over:
+        form.add_error(None, f"Not submitted. {over}")
         return None
     try:
         call, created = service_call_submit(

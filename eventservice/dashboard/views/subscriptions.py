@@ -40,6 +40,7 @@ from delivery.services import (
     subscription_update,
 )
 from delivery.validation import validate_subscription
+from eventservice.api.throttles import PingThrottle, page_over_ceiling
 from eventservice.dashboard.subscription_forms import RecoverForm, SubscriptionEnabledForm, SubscriptionForm
 from eventservice.dashboard.tenancy import tenant_required
 from eventservice.dashboard.views.common import redirect_back
@@ -183,6 +184,10 @@ def subscription_rotate(request: HttpRequest, subscription_id: uuid.UUID) -> Htt
 @require_POST
 def subscription_test(request: HttpRequest, subscription_id: uuid.UUID) -> HttpResponse:
     subscription = _subscription(request, subscription_id)
+    over = page_over_ceiling(PingThrottle, request, request.tenant.id)
+    if over:
+        messages.error(request, f"No test event was sent. {over}")
+        return HttpResponseRedirect(_detail_url(subscription))
     try:
         subscription_send_test(tenant_id=request.tenant.id, subscription_id=subscription.pk)
     except NotFound:
