@@ -15,7 +15,14 @@ from delivery.models import Notification, Subscription
 from orchestration.models import ServiceCall
 from tenants.models import ApiKey
 from tests.commands.cli import call
-from tests.support.factories import HOUR, make_call, make_failed_call, make_flow_control, make_succeeded_call
+from tests.support.factories import (
+    HOUR,
+    make_call,
+    make_ceilings,
+    make_failed_call,
+    make_flow_control,
+    make_succeeded_call,
+)
 from tests.support.schedules import make_schedule
 from tests.support.subscriptions import fan_out, make_subscription, record_try
 from workers.services import session_start
@@ -70,6 +77,7 @@ def tenant_data(world):
                 record_try(notification, succeeded=False, status_code=503, error="The endpoint answered 503.")
         make_schedule(tenant, name=f"{tenant}-zq schedule")
         make_flow_control(tenant, parallelism=5)
+        make_ceilings(tenant, parallelism=8)
         rows[tenant] = {"calls": calls, "subscription": subscription}
     session_start()
     return rows
