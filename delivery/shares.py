@@ -67,7 +67,7 @@ class Waiting:
     subscriptions together), each entry numbered in claim order. Taking the next try looks at
     each queue's head, not at every waiting try: during a burst most of them wait for their
     subscription's share, and a try that came back looked past all of them to start the next
-    (bench/README.md, item 22)."""
+    (bench/HISTORY.md, 'Before and after: cheaper tries')."""
 
     def __init__(self) -> None:
         self._queues: dict[tuple[uuid.UUID, ...], deque[tuple[int, list[ClaimedNotification]]]] = {}

@@ -64,7 +64,8 @@ class ContentSecurityPolicyMiddleware(CSPMiddleware):
         """A response that asked for nothing of its own (no nonce, no decorator's policy, not
         an admin page: every API answer) gets the settings' policy, built once per process
         rather than twice per response (enforced and report-only; about 5 % of a POST's
-        instructions, bench/README.md item 25). Any other goes through django-csp as it is."""
+        instructions, bench/HISTORY.md, 'Before and after: fewer index writes, NATS acks on an
+        inbox, one CSP build'). Any other goes through django-csp as it is."""
         if not _plain(request, response):
             return super().process_response(request, response)
         for name, value in _settings_policy():

@@ -3,8 +3,9 @@
 `perform` (execution/http.py) holds a thread for each request, and around urllib3 it keeps a
 deadline timer and the wire bookkeeping that lets it send an idempotent request once more. In a
 burst, event delivery spent half the workers' CPU in that path and in handing each try to a
-thread of its own (bench/README.md, item 17). Here one loop, in a daemon thread of the process,
-sends every request with aiohttp: a caller hands requests over with a callback and never waits.
+thread of its own (bench/HISTORY.md, 'Before and after: webhook tries on an asyncio loop'). Here
+one loop, in a daemon thread of the process, sends every request with aiohttp: a caller hands
+requests over with a callback and never waits.
 
 The same request and the same rules as `perform` (docs/security.md §3):
 - `wire_request` makes the request, so the same headers go out, and aiohttp adds none of its

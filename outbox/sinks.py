@@ -40,7 +40,7 @@ class Sink(Protocol):
     # True for a sink that may publish inside the dispatcher's transaction: it writes only this
     # database, or only logs (a rolled-back batch is published again: at least once). When every
     # configured sink says so, a batch is claimed, published and marked in one transaction
-    # (outbox/dispatcher.py, docs/architecture.md "The outbox").
+    # (outbox/dispatcher.py; docs/architecture.md, "The path of one call", its step 7).
     in_transaction: bool
 
     def publish(self, envelopes: Sequence[dict[str, Any]]) -> None:

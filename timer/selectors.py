@@ -33,7 +33,7 @@ def timers_due_before(
     Rows whose id is in `known` are left out before their values are read: the full refresh
     reads every timer of the horizon, nearly all of them already on the heap, and reading their
     UUIDs and due times took the timer loop 3-4 ms a second, a timer falling due meanwhile late
-    by as much (docs/architecture.md, "Timer precision").
+    by as much (docs/architecture.md, "Timer precision with a durable table").
 
     The timer loop's feed asks fifty times a second: the statement is written once per process
     (core.db.sql_query) rather than compiled by the ORM each time.

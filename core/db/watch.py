@@ -1,5 +1,5 @@
 """ChangeWatch: a loop's idle poll skipped while nothing has been committed (docs/architecture.md,
-"Where the loops run").
+"Where the loops run: inside django-q2").
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ class ChangeWatch:
     would find nothing again, but for what falls due by the clock alone (a retry, a lease), which
     `recheck` bounds: a read is never skipped more than `recheck` seconds after the last one. The
     pragma reads one word of the WAL index, where each poll's read planned and ran a statement
-    (docs/architecture.md, "Where the loops run"). Elsewhere (PostgreSQL, a database in memory)
-    every poll reads.
+    (docs/architecture.md, "Where the loops run: inside django-q2"). Elsewhere (PostgreSQL, a
+    database in memory) every poll reads.
 
     A loop whose own writes can make work for its own read must not skip across them: it reports
     such a read as having found something, or calls `forget`. One watch per loop, used from that

@@ -56,11 +56,11 @@ def notifications_claim(
     Only the head of each (subscription, call) queue can be due: a notification with an earlier
     open one of the same call and subscription is never considered, so a later event waits
     behind an earlier one that has neither succeeded nor expired, and nothing else waits
-    (docs/events.md, "Order"). With `per_subscription`, a subscription never has more than that
-    many tries in flight (`in_flight` counts this loop's), so one slow receiver holds a few
-    threads, never all of them; with `per_tenant`, the same for a tenant's subscriptions together
-    (`tenant_in_flight`; operator-wide subscriptions count for no tenant), and the tenants take
-    turns among the due (docs/events.md, "Fair shares").
+    (docs/events.md, "In order per call and subscriber"). With `per_subscription`, a
+    subscription never has more than that many tries in flight (`in_flight` counts this loop's),
+    so one slow receiver holds a few threads, never all of them; with `per_tenant`, the same for
+    a tenant's subscriptions together (`tenant_in_flight`; operator-wide subscriptions count for
+    no tenant), and the tenants take turns among the due (docs/events.md, "Fair shares").
 
     Inside a caller's transaction (the delivery loop records and claims in one) it takes no
     savepoint: a failure rolls back the caller's whole transaction, as the loop wants."""
