@@ -18,8 +18,8 @@ from timer.models import TimerSchedule
 def timer_register(*, tenant_id: str, service_call_id: uuid.UUID, due_at: datetime, correlation_id: str) -> bool:
     """Idempotent upsert; a Reached timer is never re-armed. Returns True if armed.
 
-    One statement, the seed's own (ADR-0003 §5): insert, or move a timer that is still
-    Scheduled; the WHERE leaves a Reached one alone. It runs on every submission.
+    One statement, an upsert: insert, or move a timer that is still Scheduled; the WHERE leaves
+    a Reached one alone. It runs on every submission.
     """
     table = TimerSchedule._meta.db_table
     with connection.cursor() as cursor:
