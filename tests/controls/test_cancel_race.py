@@ -46,7 +46,8 @@ from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster, database_url
 from timer.models import TimerSchedule
 
-pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
+# serial: cancels are aimed at offsets of a few ms from the due instant, from a measured latency.
+pytestmark = [pytest.mark.workers, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 CALLS = 300
 # Calls fall due 3 ms apart: 300 within 0.9 s.

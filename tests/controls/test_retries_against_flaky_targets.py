@@ -26,7 +26,8 @@ from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 from timer.models import TimerSchedule
 
-pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
+# serial: the gaps between a call's arrivals are held to its backoff's bounds, to the 5 ms.
+pytestmark = [pytest.mark.workers, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 SUBMITTED, SCHEDULED, RUNNING, RETRY, SUCCEEDED, FAILED = (
     OutboxEvent.Type.SUBMITTED,

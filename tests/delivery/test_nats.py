@@ -568,6 +568,7 @@ def own_publisher(monkeypatch):
 
 
 @pytest.mark.nats
+@pytest.mark.serial  # the agent's stream takes serviceagent.>, one such stream at a time
 def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     transactional_db, world, settings, stream, own_publisher, monkeypatch
 ):
@@ -720,6 +721,7 @@ def _delivered_both(rows) -> bool:
 
 
 @pytest.mark.nats
+@pytest.mark.serial  # the agent's stream takes serviceagent.>, one such stream at a time
 def test_an_event_of_accented_header_values_goes_to_nats_whole_as_utf8(
     transactional_db, world, settings, stream, own_publisher
 ):

@@ -42,6 +42,7 @@ def test_each_subject_runs_to_its_end_and_reports_its_cost(subject, count, expec
 
 
 @pytest.mark.nats
+@pytest.mark.serial  # its stream takes serviceagent.>, one such stream at a time
 def test_delivery_to_nats_runs_to_its_end_on_a_stream_of_its_own():
     """`--kind nats`: one NATS subscription (BENCH_NATS_URL, here the tests' server), published
     to a throwaway stream that the run deletes."""

@@ -75,6 +75,7 @@ def _write_in_thread(tenant_id: str, started: threading.Event, done: list) -> th
     return thread
 
 
+@pytest.mark.serial  # the next writer starts within 0.1 s of the commit
 def test_writers_of_one_process_take_turns_and_the_next_starts_when_the_first_commits():
     started, done = threading.Event(), []
     with transaction.atomic():

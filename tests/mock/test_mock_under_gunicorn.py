@@ -7,6 +7,8 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 from tests.support.agent_process import agent_env, gunicorn, manage
 
 SLOW_REQUESTS = 20
@@ -32,6 +34,7 @@ def _get(port: int, path: str, timeout: float = 20) -> tuple[int, dict[str, str]
         conn.close()
 
 
+@pytest.mark.serial  # /healthz and the refusals answer within 3 s
 def test_slow_mock_requests_leave_healthz_answering_and_the_excess_gets_503(tmp_path):
     env = agent_env(tmp_path)
     env.pop("MOCK_DELAY_CONCURRENCY", None)  # the default bound

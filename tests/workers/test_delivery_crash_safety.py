@@ -35,7 +35,8 @@ from tests.support.nats import NATS_TEST_URL, jetstream_available, run_js
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
-pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
+# serial: a crash test, and its stream takes serviceagent.>, one such stream at a time.
+pytestmark = [pytest.mark.workers, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 CALLS = 60
 TENANTS = ("acme", "globex")

@@ -88,6 +88,7 @@ def _lateness_ms(call) -> float:
     return (fresh.started_at - fresh.due_at).total_seconds() * 1000
 
 
+@pytest.mark.serial  # a lateness under 200 ms
 def test_a_call_due_while_another_tenant_fills_the_pool_with_slow_calls_starts_on_time(
     world, http_target, small_engine
 ):
@@ -103,6 +104,7 @@ def test_a_call_due_while_another_tenant_fills_the_pool_with_slow_calls_starts_o
     assert ServiceCall.objects.filter(pk__in=[c.pk for c in noisy], status=ServiceCall.Status.SCHEDULED).count() > 0
 
 
+@pytest.mark.serial  # a start within 1.5 s
 def test_the_backlog_starts_a_quiet_tenants_due_call_ahead_of_a_noisy_tenants_older_backlog(
     world, http_target, small_engine
 ):

@@ -19,7 +19,8 @@ from tests.support.targets import serving_target
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
-pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
+# serial: rates counted in one-second windows and starts within 0.5 s, in real qclusters.
+pytestmark = [pytest.mark.workers, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 PARALLELISM = 3
 RATE = 10

@@ -26,7 +26,13 @@ from tests.support.targets import serving_target
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster, database_url
 
-pytestmark = [pytest.mark.workers, pytest.mark.also_postgres, pytest.mark.django_db(transaction=True)]
+# serial: it compares p99 latencies within 100 ms, which other tests' processes would blur.
+pytestmark = [
+    pytest.mark.workers,
+    pytest.mark.also_postgres,
+    pytest.mark.serial,
+    pytest.mark.django_db(transaction=True),
+]
 
 QUIET_CALLS = 30
 NOISY_CALLS = 100

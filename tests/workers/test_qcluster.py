@@ -32,6 +32,7 @@ def cluster(tmp_path):
         c.stop()
 
 
+@pytest.mark.serial  # a lateness under a second, in a real qcluster
 def test_a_call_due_in_3s_starts_within_a_second_of_its_due_time(world, http_target, cluster):
     cluster()
     call = make_call(url=http_target.url("/json"), due_in=3)
