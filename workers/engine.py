@@ -292,6 +292,14 @@ class Engine:
                     for tenant_id, count in (+room.tenants).items():  # admitted, never started
                         self.shares.give_back(tenant_id, count)
 
+    def give_back_slots(self, room: Reservation) -> None:
+        """The threads of `room` its tenants were given for a start that rolled back: free for
+        the next try (the backlog's one by one)."""
+        with self._in_flight_lock:
+            for tenant_id, count in (+room.tenants).items():
+                self.shares.give_back(tenant_id, count)
+            room.tenants.clear()
+
     def start_held(self, keys: list[CallKey]) -> int:
         """Start held calls (the flow loop): after the timer's starts, never before them, and
         within their tenant's fair share of the pool (the others stay held for the next look)."""

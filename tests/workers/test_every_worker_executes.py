@@ -99,12 +99,12 @@ def _handed_over(call):
     TimerSchedule.objects.filter(service_call_id=call.pk).update(state=TimerSchedule.State.REACHED, reached_at=utcnow())
 
 
-def _engine(concurrency: int):
+def _engine(concurrency: int, per_tenant: int | None = None):
     from workers.engine import Engine
     from workers.keeper import SessionKeeper
 
     keeper = SessionKeeper()
-    with override_settings(EXECUTION_CONCURRENCY=concurrency):
+    with override_settings(EXECUTION_CONCURRENCY=concurrency, EXECUTION_PER_TENANT=per_tenant or concurrency):
         engine = Engine(keeper)
     return keeper, engine
 
@@ -127,8 +127,13 @@ def test_a_nearly_full_pool_still_starts_the_backlog_soon(transactional_db, worl
         keeper.close()
 
 
-def test_a_call_whose_start_fails_is_set_aside_and_the_backlog_goes_on(transactional_db, world, http_target):
-    keeper, engine = _engine(8)
+@pytest.mark.parametrize("per_tenant", [None, 2], ids=["whole pool", "a share of 2 threads"])
+def test_a_call_whose_start_fails_is_set_aside_and_the_backlog_goes_on(
+    transactional_db, world, http_target, per_tenant
+):
+    """Also when the tenant's share is as small as the failed batch: the threads its calls were
+    given for the start that rolled back are theirs again for the one-by-one tries."""
+    keeper, engine = _engine(8, per_tenant)
     now = utcnow()
     bad = make_call(name="bad", url=http_target.url("/ok"), due_at=now - timedelta(seconds=2))
     good = make_call(name="good", url=http_target.url("/ok"), due_at=now - timedelta(seconds=1))

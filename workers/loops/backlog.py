@@ -121,6 +121,7 @@ class BacklogLoop(Loop):
             logger.exception("starting the due backlog failed; trying its calls one by one")
             self.record(started=time.monotonic(), items=0, error=exc)
             close_old_connections()
+            engine.give_back_slots(room)  # nothing of the batch started
             attempts = []
             for tenant_id, pk in service_calls_overdue(
                 due_before=due_before, limit=room.size, exclude=exclude, exclude_tenants=full
