@@ -11,6 +11,14 @@
     return input ? input.value : "";
   }
 
+  function pad(n) { return String(n).padStart(2, "0"); }
+
+  /* A datetime-local input's value ("YYYY-MM-DDTHH:MM:SS") for a date, in the browser's zone. */
+  function localInputValue(date) {
+    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
+      "T" + pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
+  }
+
   /* fetch with the session cookie and the CSRF token; resolves to parsed JSON or throws. */
   function fetchJSON(url, options) {
     options = options || {};
@@ -127,7 +135,8 @@
 
   window.SA = {
     csrfToken: csrfToken, fetchJSON: fetchJSON, formatLocal: formatLocal, localizeTimes: localizeTimes,
-    escapeHTML: escapeHTML, timeHTML: timeHTML, badgeHTML: badgeHTML, isTerminal: isTerminal, poll: poll
+    escapeHTML: escapeHTML, timeHTML: timeHTML, badgeHTML: badgeHTML, isTerminal: isTerminal, poll: poll,
+    localInputValue: localInputValue
   };
 
   document.addEventListener("DOMContentLoaded", function () {

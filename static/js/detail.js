@@ -3,13 +3,6 @@
 (function () {
   "use strict";
 
-  function pad(n) { return String(n).padStart(2, "0"); }
-
-  function localInputValue(date) {
-    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
-      "T" + pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
-  }
-
   function bindRerunLater() {
     var form = document.getElementById("rerun-later-form");
     if (!form) return;
@@ -23,7 +16,7 @@
     }
     details.addEventListener("toggle", function () {
       if (!details.open) return;
-      if (!local.value) local.value = localInputValue(new Date(Date.now() + 60 * 60 * 1000));
+      if (!local.value) local.value = SA.localInputValue(new Date(Date.now() + 60 * 60 * 1000));
       update();
       local.focus();
     });

@@ -3,13 +3,6 @@
 (function () {
   "use strict";
 
-  function pad(n) { return String(n).padStart(2, "0"); }
-
-  function localInputValue(date) {
-    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
-      "T" + pad(date.getHours()) + ":" + pad(date.getMinutes()) + ":" + pad(date.getSeconds());
-  }
-
   function bindSchedule(form) {
     var radios = form.querySelectorAll("input[name=when]");
     var fields = document.getElementById("schedule-fields");
@@ -24,7 +17,7 @@
       var scheduled = mode() === "schedule";
       fields.hidden = !scheduled;
       if (scheduled && !local.value) {
-        local.value = localInputValue(new Date(Date.now() + 5 * 60 * 1000));
+        local.value = SA.localInputValue(new Date(Date.now() + 5 * 60 * 1000));
       }
       var date = local.value ? new Date(local.value) : null;
       utcNote.textContent = scheduled && date && !isNaN(date) ? "= " + date.toISOString().replace(".000Z", "Z") + " (UTC)" : "";
