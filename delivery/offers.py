@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from core.fairness import ShareRule
 from delivery.shares import Held, Waiting, place
 from delivery.tries import ClaimedNotification
 
@@ -31,7 +32,7 @@ class HandOver:
     claim_ahead: int
     concurrency: int
     _claim_cap: int | None
-    _tenant_claim_cap: int | None
+    _tenant_claim_share: ShareRule | None
     session: Callable[[], str | None]
 
     def _wait_for_start(self, claimed: list[ClaimedNotification]) -> None:
@@ -64,7 +65,10 @@ class HandOver:
         with self._lock:
             if self._stopping or offer.settled or self.in_flight >= self.claim_ahead * self.concurrency:
                 return False
-            if self._claimed.at_cap(place, per_subscription=self._claim_cap, per_tenant=self._tenant_claim_cap):
+            free = self.claim_ahead * self.concurrency - self.in_flight
+            if self._claimed.at_cap(
+                place, per_subscription=self._claim_cap, tenant_share=self._tenant_claim_share, free=free
+            ):
                 return False
             self.in_flight += 1
             self._claimed.add([place])

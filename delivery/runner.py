@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 
 from core.db import ChangeWatch
+from core.fairness import ShareRule
 from core.ids import utcnow
 from delivery.channels import channel_for, send
 from delivery.offers import HandOver, Offer
@@ -95,7 +96,12 @@ class Deliverer(HandOver):
         # A tenant's subscriptions together (docs/events.md, "Fair shares"): eight slow receivers
         # of one tenant hold its share, never every thread.
         self.per_tenant = per_tenant
-        self._tenant_claim_cap = None if per_tenant is None else self.claim_ahead * per_tenant
+        self._tenant_share = None if per_tenant is None else ShareRule.of(size=concurrency, per_tenant=per_tenant)
+        self._tenant_claim_share = (
+            None
+            if per_tenant is None
+            else ShareRule.of(size=self.claim_ahead * concurrency, per_tenant=self.claim_ahead * per_tenant)
+        )
         # Claimed and not recorded yet (waiting to start, being tried, or back and waiting to be
         # recorded): at most `claim_ahead` times `concurrency`, and per subscription and per
         # tenant its share.
@@ -174,17 +180,18 @@ class Deliverer(HandOver):
             if not channel_for(notification.subscription.kind).batched:
                 self._waiting.add([notification])
 
-    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, Held]:
-        """How many to claim now, and what each subscription and tenant has claimed (less
-        `ready`, which is being recorded): the room is held until the claim is made, so that an
-        offer to the fan-out meanwhile sees it taken."""
+    def _hold_room(self, ready: list[tuple[ClaimedNotification, SendResult]]) -> tuple[int, Held, int]:
+        """How many to claim now, what each subscription and tenant has claimed (less `ready`,
+        which is being recorded), and the room to claim in (the tenants' shares are reckoned in
+        it): the room is held until the claim is made, so that an offer to the fan-out meanwhile
+        sees it taken."""
         with self._lock:
             room = self.claim_ahead * self.concurrency - self.in_flight + len(ready)  # the recorded make room
             limit = min(room, self.batch_size) if room > 0 else 0
             self.in_flight += limit
             busy = self._claimed.copy()
         busy.remove(place(n) for n, _ in ready)
-        return limit, busy
+        return limit, busy, max(0, room)
 
     def _next_try(self, session: str, latest_start: datetime) -> list[ClaimedNotification] | None:
         """The first waiting try in claim order whose subscriptions have a thread to spare (lock
@@ -200,7 +207,10 @@ class Deliverer(HandOver):
         def has_room(subscriptions: tuple[uuid.UUID, ...]) -> bool:
             return not any(
                 self._sending.at_cap(
-                    (sub, self._tenant_of.get(sub)), per_subscription=self.per_subscription, per_tenant=self.per_tenant
+                    (sub, self._tenant_of.get(sub)),
+                    per_subscription=self.per_subscription,
+                    tenant_share=self._tenant_share,
+                    free=self.concurrency - self._trying,
                 )
                 for sub in subscriptions
             )
@@ -365,7 +375,7 @@ class Deliverer(HandOver):
         for attempt in range(RECORD_TRIES):
             try:
                 with self.write_guard():
-                    limit, busy = self._hold_room(ready) if claim else (0, Held())
+                    limit, busy, free = self._hold_room(ready) if claim else (0, Held(), 0)
                     if not (ready or limit):
                         return []  # no room: nothing to write
                     claimed: list[ClaimedNotification] = []
@@ -378,7 +388,8 @@ class Deliverer(HandOver):
                                     in_flight=busy.by_subscription,
                                     per_subscription=self._claim_cap,
                                     tenant_in_flight=busy.by_tenant,
-                                    per_tenant=self._tenant_claim_cap,
+                                    tenant_share=self._tenant_claim_share,
+                                    free=free,
                                     claimed_by=session,
                                 )
                         claimed = made if limit else []

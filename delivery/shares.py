@@ -10,6 +10,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from core.fairness import ShareRule
 from delivery.tries import ClaimedNotification
 
 Place = tuple[uuid.UUID, "str | None"]  # a subscription, and its tenant (None: operator-wide)
@@ -49,11 +50,18 @@ class Held:
             if tenant_id is not None:
                 _decrement(self.by_tenant, tenant_id)
 
-    def at_cap(self, place: Place, *, per_subscription: int | None, per_tenant: int | None) -> bool:
+    def at_cap(self, place: Place, *, per_subscription: int | None, tenant_share: ShareRule | None, free: int) -> bool:
+        """Whether `place` may take none of `free` places now: its subscription holds its cap, or
+        its tenant's subscriptions hold their share (core.fairness.ShareRule: a cap, and a
+        reserve for the tenants holding few)."""
         subscription_id, tenant_id = place
         if per_subscription is not None and self.by_subscription[subscription_id] >= per_subscription:
             return True
-        return tenant_id is not None and per_tenant is not None and self.by_tenant[tenant_id] >= per_tenant
+        return (
+            tenant_id is not None
+            and tenant_share is not None
+            and tenant_share.room_for(self.by_tenant[tenant_id], free) <= 0
+        )
 
 
 def _decrement(counter: Counter, key: Any) -> None:

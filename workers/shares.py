@@ -4,12 +4,9 @@ shares").
 An attempt holds its thread as long as its target takes to answer, so a share must count what a
 tenant has in flight, not only what it has waiting: a tenant whose targets answer after 20 s
 would otherwise fill every thread, and another tenant's call due meanwhile would start 20 s late.
-
-- No tenant holds more than `per_tenant` threads of the pool; the rest, the **reserve**, is
-  always left to the others.
-- A tenant may take threads of the reserve only while it holds fewer than `light` (a quarter
-  of the reserve): with several noisy tenants, the reserve still has room for the quiet ones.
-- Free threads go to the waiting tenants in turn (round robin), then in due order within one.
+The rule (core.fairness.ShareRule): no tenant holds more than `per_tenant` threads; the rest, the
+reserve, goes to tenants holding few. Free threads go to the waiting tenants in turn (round
+robin), then in due order within one.
 
 Pure bookkeeping: the engine calls it under its own lock.
 """
@@ -18,22 +15,31 @@ from __future__ import annotations
 
 from collections import Counter
 
+from core.fairness import ShareRule
+
 
 class FairShares:
     def __init__(self, *, size: int, per_tenant: int) -> None:
-        self.size = size
-        self.per_tenant = max(1, min(per_tenant, size))
-        self.reserve = size - self.per_tenant
-        self.light = max(1, self.reserve // 4) if self.reserve else 0
+        self.rule = ShareRule.of(size=size, per_tenant=per_tenant)
         # Threads each tenant holds: attempts running, and starts admitted but not yet handed
         # to the pool.
         self.held: Counter[str] = Counter()
 
+    @property
+    def per_tenant(self) -> int:
+        return self.rule.per_tenant
+
+    @property
+    def reserve(self) -> int:
+        return self.rule.reserve
+
+    @property
+    def light(self) -> int:
+        return self.rule.light
+
     def room_for(self, tenant_id: str, free: int) -> int:
         """How many of `free` threads `tenant_id` may take now."""
-        held = self.held[tenant_id]
-        beyond_reserve = max(0, free - self.reserve)
-        return max(0, min(self.per_tenant - held, free, beyond_reserve + max(0, self.light - held)))
+        return self.rule.room_for(self.held[tenant_id], free)
 
     def full(self, free: int) -> list[str]:
         """The tenants that may take none of `free` threads now (only tenants holding some can

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.db import db_datetime, db_uuid, rows_by_key, sql_query, sql_update_returning
-from core.fairness import round_robin
+from core.fairness import ShareRule, round_robin
 from core.ids import utcnow
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
@@ -47,7 +47,8 @@ def notifications_claim(
     in_flight: Mapping[uuid.UUID, int] | None = None,
     per_subscription: int | None = None,
     tenant_in_flight: Mapping[str, int] | None = None,
-    per_tenant: int | None = None,
+    tenant_share: ShareRule | None = None,
+    free: int = 0,
     claimed_by: str = "",
 ) -> list[ClaimedNotification]:
     """Claim due notifications of enabled subscriptions, at most `limit`, for the worker
@@ -58,9 +59,10 @@ def notifications_claim(
     behind an earlier one that has neither succeeded nor expired, and nothing else waits
     (docs/events.md, "In order per call and subscriber"). With `per_subscription`, a
     subscription never has more than that many tries in flight (`in_flight` counts this loop's),
-    so one slow receiver holds a few threads, never all of them; with `per_tenant`, the same for
-    a tenant's subscriptions together (`tenant_in_flight`; operator-wide subscriptions count for
-    no tenant), and the tenants take turns among the due (docs/events.md, "Fair shares").
+    so one slow receiver holds a few threads, never all of them; with `tenant_share`, a tenant's
+    subscriptions together take of the `free` room what their share allows (`tenant_in_flight`
+    they hold; operator-wide subscriptions count for no tenant), and the tenants take turns among
+    the due (docs/events.md, "Fair shares").
 
     Inside a caller's transaction (the delivery loop records and claims in one) it takes no
     savepoint: a failure rolls back the caller's whole transaction, as the loop wants."""
@@ -68,12 +70,12 @@ def notifications_claim(
     in_flight = in_flight or {}
     tenant_in_flight = tenant_in_flight or {}
     full = [sub for sub, n in in_flight.items() if per_subscription is not None and n >= per_subscription]
-    full_tenants = [t for t, n in tenant_in_flight.items() if per_tenant is not None and n >= per_tenant]
+    full_tenants = [t for t, n in tenant_in_flight.items() if tenant_share and not tenant_share.room_for(n, free)]
     with transaction.atomic(savepoint=False):
         # Keys first (a few candidates per place, for the per-subscription cap), whole rows only
         # for the chosen: an envelope is decoded once per try, not once per look.
         due = _due_rows(now=now, excluded=full, excluded_tenants=full_tenants, limit=limit * 4)
-        if per_tenant is not None:
+        if tenant_share is not None:
             due = round_robin(due, key=itemgetter(2))
         # Keys as the database gives them: only the chosen become UUIDs, and the few distinct
         # subscriptions once each (converting every candidate was a tenth of a claim).
@@ -89,8 +91,10 @@ def notifications_claim(
                 continue
             if (
                 tenant is not None
-                and per_tenant is not None
-                and tenant_in_flight.get(tenant, 0) + tenant_taken[tenant] >= per_tenant
+                and tenant_share is not None
+                and not tenant_share.room_for(
+                    tenant_in_flight.get(tenant, 0) + tenant_taken[tenant], free - len(chosen)
+                )
             ):
                 continue
             taken[sub] += 1

@@ -25,7 +25,7 @@ from delivery.services import (
 from delivery.validation import SubscriptionInput
 from outbox.dispatcher import dispatch_batch
 from tests.delivery.receivers import receiving
-from tests.support.factories import make_call
+from tests.support.factories import make_call, make_tenant
 from tests.support.waiting import wait_for
 
 
@@ -384,5 +384,36 @@ def test_a_tenants_slow_subscribers_together_hold_at_most_its_share_of_the_deliv
             assert deliverer.sending_by_tenant["globex"] <= 4
             assert deliverer.in_flight_by_tenant["globex"] <= settings.DELIVERY_CLAIM_AHEAD * 4
             assert len(receiver.at("/slow")) <= 4  # the others wait for a thread of its share
+        finally:
+            deliverer.stop()
+
+
+def test_two_noisy_tenants_leave_the_reserve_to_a_quiet_one(transactional_db, world, settings):
+    """Each noisy tenant within its share, the two together would hold every thread: the
+    second takes of the reserve only what a tenant holding few may (core.fairness.ShareRule)."""
+    make_tenant("initech")
+    with receiving() as receiver:
+        noisy = [webhook(receiver.url("/slow"), tenant_id=t) for t in ("globex", "initech") for _ in range(4)]
+        fast = webhook(receiver.url("/ok"))
+        for subscription in noisy:
+            for _ in range(4):
+                subscription_send_test(tenant_id=subscription.tenant_id, subscription_id=subscription.pk)
+        deliverer = Deliverer(concurrency=8, batch_size=64, per_subscription=2, per_tenant=4)
+        try:
+            deliverer.step()
+            wait_for(lambda: deliverer.sending_by_tenant["globex"] + deliverer.sending_by_tenant["initech"] >= 4)
+            subscription_send_test(tenant_id="acme", subscription_id=fast.pk)
+            started = time.monotonic()
+
+            def fast_delivered():
+                deliverer.step()
+                return Notification.objects.get(subscription=fast).state == Notification.State.SUCCEEDED
+
+            wait_for(fast_delivered, timeout=5)
+            assert time.monotonic() - started < 1.5  # not behind the slow receivers' 2 s answers
+            # Together they hold at most a share (4 of 8) and a light tenant's part of the reserve
+            # (1): the rest of the reserve was the quiet tenant's.
+            assert deliverer.sending_by_tenant["globex"] + deliverer.sending_by_tenant["initech"] <= 5
+            assert len(receiver.at("/slow")) <= 5
         finally:
             deliverer.stop()
