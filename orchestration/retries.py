@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -50,6 +50,9 @@ class RetryPolicy:
     max_backoff_ms: int = DEFAULT_MAX_BACKOFF_MS
     retry_on: tuple[str, ...] = RetryOn.ALL
     retry_interrupted: bool = False
+    # Whether the submission named its minBackoffMs (not stored): a default under the operator's
+    # floor is raised to it, a value asked for is refused (docs/retries.md, "Operator ceilings").
+    min_backoff_given: bool = field(default=True, compare=False)
 
     def as_wire(self) -> dict[str, Any]:
         """The camelCase form the API shows and the call row stores."""
@@ -130,6 +133,7 @@ def policy_errors(raw: Any) -> tuple[RetryPolicy | None, dict[str, list[str]]]:
             max_backoff_ms=max_backoff,
             retry_on=ordered,
             retry_interrupted=retry_interrupted,
+            min_backoff_given="minBackoffMs" in raw,
         ),
         {},
     )

@@ -112,11 +112,11 @@ def retry_policy_within_ceilings(*, tenant_id: str, policy: RetryPolicy, cap: bo
     ceilings = tenant_ceilings_get(tenant_id=tenant_id)
     bounds = {"max_attempts": ceilings.max_attempts, "min_backoff_ms": ceilings.min_backoff_ms}
     errors = policy_ceiling_errors(policy, **bounds)
-    if not errors:
-        return policy
-    if cap:
-        return policy_capped(policy, **bounds)
-    raise ValidationFailed(errors)
+    if not policy.min_backoff_given:  # the default backoff: raised to the floor, not refused
+        errors.pop("retryPolicy.minBackoffMs", None)
+    if errors and not cap:
+        raise ValidationFailed(errors)
+    return policy_capped(policy, **bounds)
 
 
 def _idempotent_match(tenant_id: str, key: str, fingerprint: str) -> ServiceCall | None:

@@ -124,3 +124,18 @@ def test_a_retry_policy_within_the_ceilings_is_accepted(acme_api):
     assert acme_api.post(calls_url("acme"), valid_payload(retryPolicy=policy)).status_code == 202
     # One attempt never waits: its backoff is not held to the floor.
     assert acme_api.post(calls_url("acme"), valid_payload(retryPolicy={"maxAttempts": 1})).status_code == 202
+
+
+def test_a_retry_policy_that_names_no_backoff_gets_the_operators_floor(acme_api):
+    """The default backoff (1000 ms) under the floor is raised to it, not refused: the tenant
+    asked for no backoff in particular."""
+    make_ceilings("acme", maxAttempts=3, minBackoffMs=5000)
+
+    accepted = acme_api.post(calls_url("acme"), valid_payload(retryPolicy={"maxAttempts": 3}))
+
+    assert accepted.status_code == 202, accepted.content
+    stored = ServiceCall.objects.get().retry_policy
+    assert stored["minBackoffMs"] == 5000 and stored["maxBackoffMs"] >= 5000
+    # Named, the same backoff is refused, with the field.
+    refused = acme_api.post(calls_url("acme"), valid_payload(retryPolicy={"maxAttempts": 3, "minBackoffMs": 1000}))
+    assert_problem(refused, 400, errors_for="retryPolicy.minBackoffMs")

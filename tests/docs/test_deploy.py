@@ -619,6 +619,8 @@ def test_every_command_of_the_guide_runs_somewhere():
         "cd /var/lib/service-agent",
         "pg_dump -Fc",
         "pg_restore --clean",
+        # tests/commands/test_copy_to_postgres.py runs it on a real agent.
+        "sudo -u service-agent service-agent-manage copy_to_postgres",
     )
     by_hand = (
         "git archive",
