@@ -299,15 +299,22 @@ class SubscriptionDeliveriesApi(SubscriptionBaseApi):
 
 
 class DeliveryResendApi(SubscriptionBaseApi):
+    # A resend sends to the tenant's address as a test ping does, and counts with them.
+    throttle_classes = [PingThrottle]
+
     @extend_schema(
         operation_id="deliveries_resend",
         summary="Send one delivery again now",
-        description="Tries it again now, whatever its state (after an earlier event of its call that is still open).",
+        description=(
+            "Tries it again now, whatever its state (after an earlier event of its call that is still open). "
+            "Counts with the test pings under the tenant's `testPingsPerMinute` ceiling: past it, 429 with "
+            "`Retry-After`."
+        ),
         parameters=[TENANT_PARAM, NOTIFICATION_PARAM],
         request=None,
         responses={
             202: OpenApiResponse(ss.DeliverySerializer, description="The delivery, queued."),
-            **_problems(401, 403, 404),
+            **_problems(401, 403, 404, 429),
         },
     )
     def post(self, request: Request, tenant_id: str, notification_id: str) -> Response:

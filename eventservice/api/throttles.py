@@ -6,14 +6,20 @@ with CACHE_URL) so that they hold across web processes and hosts. Over a ceiling
 Each counts one caller as one tenant: a submission is counted per API key (per login for a
 browser session) and tenant, a test ping per tenant. They run once the caller is known to act
 for the tenant (eventservice.api.base.TenantApiView), so a stranger is refused with 404 before
-any count, and never sees another tenant's ceiling. DRF's count is a sliding window kept as a
-list of times: two processes answering the same key in the same millisecond may both pass, so
-a ceiling can be passed by the number of web threads at most, never more.
+any count, and never sees another tenant's ceiling. A resend of a delivery counts with the test
+pings (it sends to the tenant's address as one does), and the dashboard's forms count with the
+API (`page_over_ceiling`).
+
+DRF's count is a sliding window kept as a list of times, read and then written back. Within a
+process the threads take turns at it; two web processes answering one key at the same moment
+can each write their own list over the other's, so under a parallel flood a ceiling holds per
+web process: at most that many times it in all (with gunicorn's default two, twice).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 from django.core.cache import caches
@@ -23,6 +29,8 @@ from rest_framework.throttling import SimpleRateThrottle
 
 from tenants.authentication import ApiKeyPrincipal
 from tenants.selectors import tenant_ceilings_get
+
+_COUNTING = threading.Lock()
 
 
 class CeilingThrottle(SimpleRateThrottle):
@@ -46,13 +54,10 @@ class CeilingThrottle(SimpleRateThrottle):
         raise NotImplementedError
 
     def throttle_failure(self) -> bool:
-        wait = self.wait()
+        # DRF adds "Expected available in N seconds." (and the 429's Retry-After) to the detail.
         raise Throttled(
-            wait=wait,
-            detail=(
-                f"At most {self.counted.format(n=self.num_requests)} for this tenant (the operator's ceiling); "
-                f"try again in {max(1, math.ceil(wait or 1))} s."
-            ),
+            wait=max(1, math.ceil(self.wait() or 1)),
+            detail=f"At most {self.counted.format(n=self.num_requests)} for this tenant (the operator's ceiling).",
         )
 
     def who(self, request: Request) -> str:
@@ -73,7 +78,10 @@ class CeilingThrottle(SimpleRateThrottle):
             return True
         self.num_requests, self.duration = self.ceiling(view.tenant_id), self.window
         self.rate = f"{self.num_requests}/{self.window}s"
-        return super().allow_request(request, view)
+        # DRF reads the times, then writes them back: one at a time in this process, so its
+        # threads never write over each other's counts (other processes still may: see above).
+        with _COUNTING:
+            return super().allow_request(request, view)
 
 
 class SubmissionThrottle(CeilingThrottle):

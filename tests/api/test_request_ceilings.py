@@ -11,8 +11,8 @@ from django.core.cache import caches
 from delivery.models import Subscription
 from orchestration.models import ServiceCall
 from tests.support.api import ApiClient, assert_problem, call_url, calls_url, valid_payload
-from tests.support.factories import make_api_key, make_ceilings
-from tests.support.subscriptions import make_subscription, subscription_url, subscriptions_url
+from tests.support.factories import make_api_key, make_call, make_ceilings
+from tests.support.subscriptions import fan_out, make_subscription, subscription_url, subscriptions_url
 
 
 @pytest.fixture(autouse=True)
@@ -139,3 +139,17 @@ def test_a_retry_policy_that_names_no_backoff_gets_the_operators_floor(acme_api)
     # Named, the same backoff is refused, with the field.
     refused = acme_api.post(calls_url("acme"), valid_payload(retryPolicy={"maxAttempts": 3, "minBackoffMs": 1000}))
     assert_problem(refused, 400, errors_for="retryPolicy.minBackoffMs")
+
+
+def test_resends_count_with_the_test_pings(acme_api, still_throttle_clock):
+    make_ceilings("acme", testPingsPerMinute=2)
+    subscription, _ = make_subscription("acme")
+    notification = fan_out(make_call("acme").pk)[0]
+    assert acme_api.post(f"/api/tenants/acme/subscriptions/{subscription.pk}/test").status_code == 202
+    assert acme_api.post(f"/api/tenants/acme/deliveries/{notification.pk}/resend").status_code == 202
+
+    refused = acme_api.post(f"/api/tenants/acme/deliveries/{notification.pk}/resend")
+
+    body = assert_problem(refused, 429)
+    assert body["detail"].startswith("At most 2 test pings a minute for this tenant")
+    assert body["detail"].count("seconds") == 1  # the wait said once

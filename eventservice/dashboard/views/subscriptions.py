@@ -242,6 +242,10 @@ def delivery_resend(request: HttpRequest, subscription_id: uuid.UUID, notificati
         notification = notification_get(tenant_id=request.tenant.id, notification_id=notification_id)
         if notification.subscription_id != subscription.pk:
             raise NotFound("Not a delivery of this subscription.")
+        over = page_over_ceiling(PingThrottle, request, request.tenant.id)
+        if over:
+            messages.error(request, f"Not sent again. {over}")
+            return redirect_back(request, _detail_url(subscription))
         notification_resend(tenant_id=request.tenant.id, notification_id=notification.pk)
     except NotFound:
         raise Http404("No such delivery.") from None
