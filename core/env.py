@@ -48,7 +48,7 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = int(ascii_digits(raw))
     except ValueError:
         raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
     if minimum is not None and value < minimum:
@@ -127,11 +127,25 @@ def env_ceiling(
         if default is not None:
             raise SettingsError(f"{name} must be a number from {minimum:g} to {maximum:g}; it cannot be turned off")
         return None
+    bounds = f"{_shown(minimum)} to {_shown(maximum)}"
     try:
-        value: int | float = int(text) if integer else float(text)
+        value: int | float = int(ascii_digits(text)) if integer else float(ascii_digits(text))
     except ValueError:
         kind = "a whole number" if integer else "a number"
-        raise SettingsError(f"{name} must be {kind} from {minimum:g} to {maximum:g}, got {raw!r}") from None
+        raise SettingsError(f"{name} must be {kind} from {bounds}, got {raw!r}") from None
     if not minimum <= value <= maximum:  # NaN fails this too
-        raise SettingsError(f"{name} must be from {minimum:g} to {maximum:g}, got {raw!r}")
+        raise SettingsError(f"{name} must be from {bounds}, got {raw!r}")
     return value
+
+
+def ascii_digits(text: str) -> str:
+    """`text`, if it is written in ASCII: Python's int() and float() also read other scripts'
+    digits ('٣', '１０') and underscores, which no operator means in a setting."""
+    if not text.isascii() or "_" in text:
+        raise ValueError(text)
+    return text
+
+
+def _shown(number: float) -> str:
+    """86400000, not 8.64e+07."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"

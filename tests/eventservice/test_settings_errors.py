@@ -41,6 +41,11 @@ def _assert_one_line(result: subprocess.CompletedProcess, name: str) -> str:
         ("TIMER_HORIZON_MS", "5"),
         ("EVENT_DELIVERY_SCHEDULE", "soon"),
         ("DELIVERY_CLAIM_AHEAD", "0"),
+        # Digits of other scripts and underscores, which Python's int() reads.
+        ("EXECUTION_CONCURRENCY", "4_8"),
+        ("CEILING_TEST_PINGS_PER_MINUTE", "\uff11\uff10"),
+        ("EXECUTION_PER_TENANT", "999"),
+        ("DELIVERY_PER_TENANT", "0"),
     ],
 )
 def test_a_malformed_value_stops_manage_py_with_one_line_naming_the_variable(tmp_path, name, value):

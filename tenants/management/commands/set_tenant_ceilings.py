@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 
 from core.cli import command_error
+from core.env import ascii_digits
 from core.errors import ApplicationError
 from tenants.ceilings import BOUNDS, BY_NAME, validate_ceilings
 from tenants.cli import require_tenant
@@ -25,7 +26,7 @@ def _value(raw: str) -> Any:
         return None
     for parse in (int, float):
         try:
-            return parse(text)
+            return parse(ascii_digits(text))
         except ValueError:
             continue
     return text
