@@ -96,18 +96,35 @@ def flow_limits_effective(*, tenant_id: str) -> FlowLimits:
 
 
 def _check_ceilings(tenant_id: str, limits: FlowLimits) -> None:
-    """A tenant's own limits stay within its ceilings: ValidationFailed naming each field over."""
+    """A tenant's own limits stay within its ceilings: ValidationFailed naming each field over.
+    A value the tenant already has is kept as it is (a ceiling lowered under it wins anyway), so
+    the settings page sent back unchanged, or with another field changed, is not refused."""
     ceilings = tenant_ceilings_get(tenant_id=tenant_id)
+    stored = _stored_limits(tenant_id)
     errors: dict[str, list[str]] = {}
-    for prefix, limit in [("", limits.tenant)] + [(f'hosts["{h}"].', lim) for h, lim in sorted(limits.hosts.items())]:
+    for place, limit in [("", limits.tenant)] + [(h, lim) for h, lim in sorted(limits.hosts.items())]:
+        prefix = f'hosts["{place}"].' if place else ""
         for name, value, ceiling in (
             ("parallelism", limit.parallelism, ceilings.parallelism),
             ("ratePerSecond", limit.rate, ceilings.rate_per_second),
         ):
+            if value is not None and stored.get((place, name)) == value:
+                continue
             if (problem := over_ceiling(name, value, ceiling)) is not None:
                 errors.setdefault(f"{prefix}{name}", []).append(problem)
     if errors:
         raise ValidationFailed(errors)
+
+
+def _stored_limits(tenant_id: str) -> dict[tuple[str, str], float]:
+    """The tenant's own limits as stored: {(host or "", field): value}."""
+    row = FlowControl.objects.filter(pk=tenant_id).first()
+    if row is None:
+        return {}
+    stored = {("", "parallelism"): row.parallelism, ("", "ratePerSecond"): row.rate_per_second}
+    for host, limit in (row.hosts or {}).items():
+        stored.update({(host, name): value for name, value in limit.items()})
+    return {key: value for key, value in stored.items() if value is not None}
 
 
 def flow_control_set(*, tenant_id: str, limits: FlowLimits) -> FlowLimits:

@@ -106,3 +106,17 @@ def test_a_default_ceiling_applies_to_every_tenant(acme_api, settings, defaults)
     response = acme_api.put(URL.format("acme"), {"parallelism": 10, "ratePerSecond": 10})
     assert_problem(response, 400)
     assert stored() is None
+
+
+def test_a_limit_stored_before_the_ceiling_was_lowered_can_be_sent_back_unchanged(acme_api):
+    make_flow_control("acme", parallelism=10)
+    make_ceilings("acme", parallelism=5)
+
+    # The settings page sends every field back, this one unchanged, with a host limit added.
+    kept = acme_api.put(URL.format("acme"), {"parallelism": 10, "hosts": {"api.example.com": {"parallelism": 2}}})
+
+    assert kept.status_code == 200, kept.content
+    assert kept.json()["effective"]["parallelism"] == 5  # the ceiling wins all the same
+    raised = acme_api.put(URL.format("acme"), {"parallelism": 11})
+    assert_problem(raised, 400, errors_for="parallelism")
+    assert stored()[0] == 10
