@@ -32,7 +32,7 @@ OPERATIONS = {
         "413",
     },
     ("/api/tenants/{tenant_id}/subscriptions/{subscription_id}/deliveries", "get"): {"200", "400", "401", "404"},
-    ("/api/tenants/{tenant_id}/deliveries/{notification_id}/resend", "post"): {"202", "401", "403", "404"},
+    ("/api/tenants/{tenant_id}/deliveries/{notification_id}/resend", "post"): {"202", "401", "403", "404", "429"},
 }
 
 
