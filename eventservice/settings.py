@@ -434,9 +434,10 @@ DELIVERY_CONCURRENCY = env_int("DELIVERY_CONCURRENCY", 64, minimum=1, maximum=25
 DELIVERY_PER_SUBSCRIPTION = env_int("DELIVERY_PER_SUBSCRIPTION", 16, minimum=1, maximum=256)
 # ... and tries one tenant's subscriptions together may have out at once (docs/events.md, "Fair
 # shares"): eight slow receivers of one tenant never hold every thread, and the rest is a reserve
-# for the tenants holding few. Default: three quarters of them.
+# for the tenants holding few. Default: half of them (a quiet tenant's burst of events needs more
+# of the reserve at once than a quiet tenant's calls do).
 DELIVERY_PER_TENANT = env_int(
-    "DELIVERY_PER_TENANT", max(1, (3 * DELIVERY_CONCURRENCY + 3) // 4), minimum=1, maximum=DELIVERY_CONCURRENCY
+    "DELIVERY_PER_TENANT", max(1, (DELIVERY_CONCURRENCY + 1) // 2), minimum=1, maximum=DELIVERY_CONCURRENCY
 )
 # How many times as many are claimed ahead, so a try that comes back starts the next at once.
 # Deeper claims deliver more of a burst while its calls still run, and take that CPU from them:
