@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 
@@ -31,3 +32,23 @@ def shown_once_response(request, *, context: dict, title: str, secret: str, next
     )
     add_never_cache_headers(response)
     return response
+
+
+class ShownOnceMixin:
+    """An admin whose add makes a secret (its save_model sets `request.shown_once`): the answer
+    to the add is the shown-once page (shown_once_response), then the object's change page."""
+
+    def shown_once_title(self, obj) -> str:
+        raise NotImplementedError
+
+    def response_add(self, request, obj, post_url_continue=None):
+        secret = getattr(request, "shown_once", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        return shown_once_response(
+            request,
+            context=self.admin_site.each_context(request),
+            title=self.shown_once_title(obj),
+            secret=secret,
+            next_url=reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk]),
+        )

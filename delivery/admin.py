@@ -19,10 +19,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Q
-from django.urls import reverse
 from django.utils.html import format_html
 
-from core.admin import shown_once_response
+from core.admin import ShownOnceMixin
 from core.errors import NotFound, ValidationFailed
 from core.ids import short_id
 from core.rendering import display_json
@@ -136,7 +135,7 @@ for _column, _field in ((f.column, f.admin_field()) for c in channels() for f in
 
 
 @admin.register(Subscription)
-class SubscriptionAdmin(TenantScopedAdmin):
+class SubscriptionAdmin(ShownOnceMixin, TenantScopedAdmin):
     form = SubscriptionAdminForm
     list_display = (
         "name",
@@ -234,17 +233,8 @@ class SubscriptionAdmin(TenantScopedAdmin):
             setattr(obj, field.attname, getattr(saved, field.attname))
         obj._state.adding = False
 
-    def response_add(self, request, obj, post_url_continue=None):
-        secret = getattr(request, "shown_once", None)
-        if secret is None:
-            return super().response_add(request, obj, post_url_continue)
-        return shown_once_response(
-            request,
-            context=self.admin_site.each_context(request),
-            title=f"Signing secret of “{obj.name}”",
-            secret=secret,
-            next_url=reverse("admin:delivery_subscription_change", args=[obj.pk]),
-        )
+    def shown_once_title(self, obj) -> str:
+        return f"Signing secret of “{obj.name}”"
 
     def get_deleted_objects(self, objs, request):
         # A subscription's notifications and attempts go with it (subscription_delete): counted,

@@ -12,9 +12,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db.models import Count
-from django.urls import reverse
 
-from core.admin import shown_once_response
+from core.admin import ShownOnceMixin
 from core.errors import ValidationFailed
 from tenants.ceilings import BOUNDS, BY_NAME, validate_ceilings
 from tenants.models import ApiKey, Membership, Tenant, TenantCeilings
@@ -176,7 +175,7 @@ class MembershipAdmin(TenantScopedAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(TenantScopedAdmin):
+class ApiKeyAdmin(ShownOnceMixin, TenantScopedAdmin):
     list_display = ("prefix_display", "label", "tenant", "created_at", "last_used_at", "revoked_at")
     list_filter = (("tenant", admin.RelatedOnlyFieldListFilter), ("revoked_at", admin.EmptyFieldListFilter))
     search_fields = ("label", "prefix", "tenant__id")
@@ -206,17 +205,8 @@ class ApiKeyAdmin(TenantScopedAdmin):
         # The raw key exists only in this response (response_add); it is not stored anywhere.
         request.shown_once = raw
 
-    def response_add(self, request, obj, post_url_continue=None):
-        raw = getattr(request, "shown_once", None)
-        if raw is None:
-            return super().response_add(request, obj, post_url_continue)
-        return shown_once_response(
-            request,
-            context=self.admin_site.each_context(request),
-            title=f"New API key for tenant {obj.tenant_id}",
-            secret=raw,
-            next_url=reverse("admin:tenants_apikey_change", args=[obj.pk]),
-        )
+    def shown_once_title(self, obj) -> str:
+        return f"New API key for tenant {obj.tenant_id}"
 
     @admin.action(description="Revoke selected API keys", permissions=["change"])
     def revoke(self, request, queryset):
