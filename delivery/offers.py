@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from core.db.wakeups import Channel, wakeups
 from core.fairness import ShareRule
 from delivery.shares import Held, Waiting, place
 from delivery.tries import ClaimedNotification
@@ -103,6 +104,7 @@ class HandOver:
             self._give_back_waiting()
         elif self._waiting:
             self._start_tries()
+            wakeups.wake_here(Channel.DELIVERY)  # the delivery loop records them as they come back
 
 
 class Offer:

@@ -20,11 +20,12 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections, transaction
 
 from core.db import ChangeWatch
+from core.db.wakeups import Channel
 from core.fairness import ShareRule
 from core.ids import utcnow
 from delivery.channels import channel_for, send
 from delivery.offers import HandOver, Offer
-from delivery.selectors import notifications_due_exist
+from delivery.selectors import notifications_next_due
 from delivery.services import (
     ClaimedNotification,
     SendResult,
@@ -41,9 +42,9 @@ logger = logging.getLogger("serviceagent.delivery")
 RECORD_TRIES = 3
 # How often a loop that waits for its worker's heartbeat says so, at most.
 UNSURE_LOG_SECONDS = 10.0
-# With no notification due and nothing committed since, the loop's looks are skipped; one reads
-# at least this often (a retry falls due by the clock; the shortest step is 5 s, ±10 %).
-DUE_QUIET_RECHECK_SECONDS = 0.5
+# With no notification due and none made due since, the loop's looks are skipped until the next
+# retry falls due by the clock (each look says when); one reads at least this often.
+DUE_QUIET_RECHECK_SECONDS = 5.0
 
 
 class Deliverer(HandOver):
@@ -127,7 +128,7 @@ class Deliverer(HandOver):
         # own writes make none due at once: a recorded failure is due later, and the next event
         # of a queue is due from its fan-out on (it waits only for the claim's order). A caller
         # that fans out on the loop's own connection passes 0: every look reads.
-        self._due_watch = ChangeWatch(recheck=due_recheck)
+        self._due_watch = ChangeWatch(recheck=due_recheck, channel=Channel.DELIVERY)
         self._unsure_logged_at = -UNSURE_LOG_SECONDS
 
     @property
@@ -153,7 +154,7 @@ class Deliverer(HandOver):
         session = self.session()
         if session is None:
             self._note_unsure()
-        claim = session is not None and self.may_claim() and self._due_watch.read(notifications_due_exist, empty=False)
+        claim = session is not None and self.may_claim() and self._due_now()
         ready = self._take_ready()
         claimed: list[ClaimedNotification] = []
         try:
@@ -164,6 +165,20 @@ class Deliverer(HandOver):
         if self._waiting:  # claimed now, or left waiting while the session was unsure
             self._start_tries()
         return len(ready) + len(claimed)
+
+    def _due_now(self) -> bool:
+        """Whether notifications are due now: skipped while none has been made due since a look
+        found none (core.db.ChangeWatch), which also says when the next retry falls due."""
+        mark = self._due_watch.mark()
+        if mark is None:
+            return False
+        now = utcnow()
+        next_at = notifications_next_due(now=now)
+        due = next_at is not None and next_at <= now
+        self._due_watch.done(mark, found=due)
+        if next_at is not None and not due:
+            self._due_watch.due_in((next_at - now).total_seconds())
+        return due
 
     def _wait_for_start(self, claimed: list[ClaimedNotification]) -> None:
         """Queue claimed notifications for their tries (lock held): one try each, but a claim's
@@ -305,7 +320,12 @@ class Deliverer(HandOver):
             return self._send_threads
 
     def wait(self, timeout: float) -> None:
-        """Sleep until a try comes back or `timeout` passes (new notifications are polled for)."""
+        """Sleep until a try comes back or `timeout` passes; with none out and nothing waiting,
+        until notifications are made due (core/db/wakeups.py, the delivery channel) or the next
+        retry falls due by the clock."""
+        if self.idle() and not self._waiting:
+            self._due_watch.sleep(timeout)
+            return
         self._came_back.wait(timeout)
         self._came_back.clear()
 

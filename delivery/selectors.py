@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Min, Prefetch, QuerySet
 
-from core.db import sql_query
+from core.db import db_datetime, sql_query
 from core.errors import NotFound
 from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
@@ -34,6 +34,25 @@ def notifications_due_exist(*, now: datetime | None = None) -> bool:
             s=Subscription,
         )
     )
+
+
+def notifications_next_due(*, now: datetime | None = None) -> datetime | None:
+    """When the first open notification of an enabled subscription that no try holds is due
+    (at or before `now`: due now); None when there is none. The delivery loop's look while
+    the wake-ups listen: it finds what is due now, and else how long it may sleep before a
+    retry falls due by the clock (docs/architecture.md, "Wake, don't poll"). Along
+    event_notifications_due_seq, in its order."""
+    now = now or utcnow()
+    rows = sql_query(
+        "SELECT n.{n.next_attempt_at} FROM {n} n INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
+        "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) "
+        f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))}) "
+        "AND s.{s.enabled} ORDER BY n.{n.next_attempt_at} LIMIT 1",
+        [now, *(state.value for state in OPEN_STATES)],
+        n=Notification,
+        s=Subscription,
+    )
+    return db_datetime(rows[0][0]) if rows else None
 
 
 # --- Subscriptions and their deliveries, as a tenant sees them (API, commands) --------------------

@@ -171,6 +171,10 @@ except ValueError:
     raise SettingsError(
         "DATABASE_URL is not a database URL (sqlite:///path/to/file.db or postgres://user:pw@host:5432/db)"
     ) from None
+# A direct connection to PostgreSQL for the wake-ups' LISTEN (core/db/wakeups.py), where
+# DATABASE_URL goes through a pooler in transaction mode (docs/deploy.md, "Connections"); its
+# database is DATABASE_URL's.
+DATABASE_DIRECT_URL = env_str("DATABASE_DIRECT_URL", "")
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     try:
         Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)

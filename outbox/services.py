@@ -12,6 +12,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from core.db import PreparedInsert, insert_rows_prepare, rows_per_insert, sql_query, sql_update_returning, update_many
+from core.db.wakeups import Channel, notify
 from core.ids import epoch_ms, new_id
 from outbox.models import OutboxEvent, OutboxFeedCounter
 
@@ -87,6 +88,8 @@ def outbox_append(*, events: list[NewEvent] | None = None, prepared: PreparedEve
         prepared = outbox_prepare(events=events or [])
     for insert in prepared.inserts:
         insert.run()
+    if prepared.inserts:  # the dispatcher publishes them once this commits
+        notify(Channel.OUTBOX)
     return prepared.event_ids
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime
 
 from django.db.models import QuerySet
@@ -85,3 +86,12 @@ def first_start(call: ServiceCall) -> datetime | None:
         .values_list("started_at", flat=True)
         .first()
     ) or call.started_at
+
+
+def schedules_next_advance(*, exclude: Collection[uuid.UUID] = ()) -> datetime | None:
+    """When the next schedule's call made ahead comes due (its advance_at), of those not in
+    `exclude`: how long the schedules loop may sleep (schedules_advance)."""
+    rows = Schedule.objects.filter(advance_at__isnull=False)
+    if exclude:
+        rows = rows.exclude(pk__in=list(exclude))
+    return rows.order_by("advance_at").values_list("advance_at", flat=True).first()

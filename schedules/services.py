@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from core.db.wakeups import Channel, notify
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, rotate_sealed, seal_headers
@@ -142,6 +143,7 @@ def _replan(schedule: Schedule, *, now: datetime, correlation_id: str | None, ca
     if made is not None:
         schedule.last_occurrence_at = made
     schedule.advance_at = made
+    notify(Channel.SCHEDULES)  # the schedules loop sleeps until the next advance it knew of
 
 
 # --- A tenant's schedules ---------------------------------------------------------------------

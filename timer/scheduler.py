@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +27,8 @@ from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 
 from core.db import ChangeWatch
-from timer.selectors import DueTimer, timer_max_id, timers_due_before
+from core.db.wakeups import Channel, wakeups
+from timer.selectors import DueTimer, timers_due_before, timers_outlook
 from timer.services import timers_mark_reached
 
 logger = logging.getLogger(__name__)
@@ -36,6 +38,10 @@ OnDue = Callable[[list[DueTimer]], None]
 # Fired timers not yet marked Reached are marked at once past this many, even while more
 # timers are due (memory stays bounded during a long burst).
 MARK_BACKLOG = 20_000
+
+# While the agent is idle and the wake-ups listen, the full refresh runs this seldom, or just in
+# time for the next timer beyond the horizon (docs/architecture.md, "Wake, don't poll").
+IDLE_FULL_REFRESH = 10.0
 
 # A feed (a read of the table) or a marking (a write) waits while a timer falls due within this
 # many seconds, so that it does not make that timer late; a feed never longer than one poll
@@ -74,9 +80,9 @@ class NearTermScheduler:
         # Fired (on_due returned) but not yet marked Reached in the table.
         self._fired: list[int] = []
         self._next_mark = 0.0
-        # The incremental feed reads new rows only, which only a commit makes; the full
-        # refresh reads on its own clock.
-        self._feed_watch = ChangeWatch(recheck=self.full_refresh)
+        # The incremental feed reads new rows only, which only a commit makes (and wakes the
+        # timer channel for); the full refresh reads on its own clock.
+        self._feed_watch = ChangeWatch(recheck=IDLE_FULL_REFRESH, channel=Channel.TIMER)
 
     # -- feeding ------------------------------------------------------------------------------
     def _push(self, timers: list[DueTimer]) -> None:
@@ -91,16 +97,31 @@ class NearTermScheduler:
         until = datetime.now(UTC) + timedelta(seconds=self.horizon)
         if full:
             # Remember the high-water mark first, so nothing registered meanwhile is skipped.
-            high = timer_max_id()
+            high, next_due = timers_outlook(after=until)
             self._push(timers_due_before(until=until, limit=50_000, known=self._known))
             self._last_id = max(self._last_id, high)
-        else:
-            # Only what was committed since: skipped while nothing was (core.db.ChangeWatch).
-            self._push(
-                self._feed_watch.read(
-                    lambda: timers_due_before(until=until, after_id=self._last_id, limit=50_000), empty=[]
-                )
-            )
+            self._next_full = time.monotonic() + self._full_refresh_after(next_due)
+            return
+        mark = self._feed_watch.mark()
+        if mark is None:  # nothing committed since (core.db.ChangeWatch)
+            return
+        found = timers_due_before(until=until, after_id=self._last_id, limit=50_000)
+        self._feed_watch.done(mark, found=bool(found))
+        self._push(found)
+        # Ids are taken before their transactions commit, not always in commit order: a timer
+        # committed after a later id was read is found by a full refresh, soon after any news.
+        self._next_full = min(self._next_full, time.monotonic() + self.full_refresh)
+
+    def _full_refresh_after(self, next_due: datetime | None) -> float:
+        """How long until the next full refresh: `full_refresh` while timers are near or the
+        wake-ups are not listening; idle, IDLE_FULL_REFRESH or until the next timer beyond the
+        horizon comes into it."""
+        if self._heap or self._fired or not wakeups.listening:
+            return self.full_refresh
+        wait = IDLE_FULL_REFRESH
+        if next_due is not None:
+            wait = min(wait, (next_due - datetime.now(UTC)).total_seconds() - self.horizon)
+        return max(self.full_refresh, wait)
 
     # -- firing -------------------------------------------------------------------------------
     def _pop_due(self, now: float) -> list[DueTimer]:
@@ -171,8 +192,8 @@ class NearTermScheduler:
             except Exception as exc:
                 logger.exception("timer refresh failed")
                 self._report(started, 0, exc)
-            if full:
-                self._next_full = now_mono + self.full_refresh
+                if full:
+                    self._next_full = now_mono + self.full_refresh
             self._next_poll = now_mono + self.poll_interval
         while True:
             due = self._pop_due(time.time())
@@ -198,8 +219,11 @@ class NearTermScheduler:
             except Exception as exc:
                 logger.exception("marking timers reached failed")
                 self._report(time.monotonic(), 0, exc)
-            next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
+            # With no timer near, the feed's own clock (or a commit's wake) ends the sleep.
+        next_due = self._heap[0][0] - time.time() if self._heap else math.inf
         wake = self._next_poll - time.monotonic()
+        if self._feed_watch.waits_for_wake():  # a commit wakes the loop; else the next full refresh
+            wake = max(wake, self._next_full - time.monotonic())
         if wake <= 0 and 0 < next_due <= CLEARANCE:  # the feed waits for that timer (_clear_to_feed)
             wake = min(next_due, wake + self.poll_interval)
         if self._fired and next_due > CLEARANCE:  # a timer about to fall due wakes the loop anyway
@@ -221,9 +245,10 @@ class NearTermScheduler:
         self._last_id = 0
         try:
             while not stop.is_set():
+                seen = wakeups.seen_now((Channel.TIMER,))
                 pause = self.step()
-                if pause > 0:
-                    stop.wait(pause)
+                if pause > 0:  # a commit that registers a timer ends it (core/db/wakeups.py)
+                    wakeups.wait((Channel.TIMER,), seen=seen, timeout=pause)
         finally:
             try:
                 self.mark_reached()

@@ -53,9 +53,17 @@ def timers_due_before(
     ]
 
 
-def timer_max_id() -> int:
-    last = TimerSchedule.objects.order_by("-id").values_list("id", flat=True).first()
-    return last or 0
+def timers_outlook(*, after: datetime) -> tuple[int, datetime | None]:
+    """The highest timer id, and when the first Scheduled timer due after `after` is due (None:
+    none is), in one statement: the full refresh's high-water mark, and how long an idle timer
+    loop may wait before its next one (timer/scheduler.py)."""
+    ((high, next_due),) = sql_query(
+        "SELECT (SELECT MAX({t.id}) FROM {t}), "
+        "(SELECT MIN({t.due_at}) FROM {t} WHERE {t.state} = %s AND {t.due_at} > %s)",
+        [TimerSchedule.State.SCHEDULED.value, after],
+        t=TimerSchedule,
+    )
+    return high or 0, db_datetime(next_due) if next_due is not None else None
 
 
 def timers_backlog(*, now: datetime, tenant_ids: Collection[str] | None = None) -> dict[str, Any]:

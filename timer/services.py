@@ -11,6 +11,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import Field
 
 from core.db import saver
+from core.db.wakeups import Channel, notify
 from core.ids import utcnow
 from timer.models import TimerSchedule
 
@@ -39,7 +40,10 @@ def timer_register(*, tenant_id: str, service_call_id: uuid.UUID, due_at: dateti
                 TimerSchedule.State.SCHEDULED,
             ],
         )
-        return cursor.rowcount == 1
+        armed = cursor.rowcount == 1
+    if armed:  # the timer loop, asleep while idle, feeds it (docs/architecture.md, "Wake, don't poll")
+        notify(Channel.TIMER)
+    return armed
 
 
 def _db_uuid(value: uuid.UUID) -> object:
@@ -82,6 +86,7 @@ def timer_rearm(*, tenant_id: str, service_call_id: uuid.UUID, due_at: datetime,
             registered_at=utcnow(),
             state=TimerSchedule.State.SCHEDULED,
         )
+        notify(Channel.TIMER)
 
 
 def timers_discard(*, keys: Sequence[tuple[str, uuid.UUID]]) -> int:

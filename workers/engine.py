@@ -37,6 +37,7 @@ from operator import attrgetter
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from core.db.wakeups import Channel, notify, wakeups
 from core.fairness import round_robin
 from delivery.runner import Deliverer
 from execution.outcomes import ErrorKind, Outcome
@@ -92,9 +93,6 @@ class Engine:
         self.hosts_timer = timer
         self.hosts_events = events
         self.concurrency = settings.EXECUTION_CONCURRENCY
-        # Set when the pool has room for a claim again, or the timer left due calls (the
-        # backlog loop wakes on it).
-        self.room_freed = threading.Event()
         self.min_claim = min(BACKLOG_MIN_CLAIM, self.concurrency)
         self.stop_event = threading.Event()
         # When a stopping engine stops waiting for its threads (Engine.stop).
@@ -125,6 +123,7 @@ class Engine:
         # the switch interval (5 ms by default), so a transaction of a few dozen statements
         # could hold the write lock for 100 ms while its thread queues for the GIL.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+        wakeups.start()  # the loops sleep until a commit makes work for them
         self._start_loops(Where.EVERY_WORKER)
         self._start_thread("upkeep", self._upkeep)
         if self.hosts_timer:
@@ -179,6 +178,7 @@ class Engine:
             return
         deadline = self.stop_deadline = time.monotonic() + drain_seconds
         self.stop_event.set()
+        wakeups.wake_here(*Channel)  # the sleeping loops see the stop
         while self.in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
         self.pool.shutdown(wait=False, cancel_futures=True)
@@ -193,6 +193,7 @@ class Engine:
         except Exception:
             logger.exception("engine shutdown bookkeeping failed")
         finally:
+            wakeups.stop()
             connection.close()
         logger.info("engine stopped", extra={"workerSession": self.session_id})
 
@@ -231,13 +232,22 @@ class Engine:
         while pending:
             with self.reserve(min(START_CHUNK, len(pending))) as room:
                 if not room:
-                    self.room_freed.set()  # this process's backlog loop takes over when room frees
+                    self.wake_backlog()  # the backlog loops take over as their pools have room
                     return
                 chunk, pending = self._admitted(pending, room)
                 if chunk:
                     with self.gate.urgent():
                         attempts = start_and_claim(chunk, worker_id=self.session_id)
                     self.execute(attempts, room=room)
+
+    def wake_backlog(self) -> None:
+        """Due calls are left for the backlog loops: this process's, and every other process's
+        (docs/architecture.md, "Wake, don't poll")."""
+        wakeups.wake_here(Channel.BACKLOG)
+        try:
+            notify(Channel.BACKLOG)
+        except Exception:  # they look by the clock anyway (BACKLOG_QUIET_RECHECK_SECONDS)
+            logger.exception("waking the other processes' backlog loops failed")
 
     def _admitted(self, keys: Sequence[CallKey], room: Reservation) -> tuple[list[CallKey], list[CallKey]]:
         """Of `keys`, those whose tenants get a thread of `room` (in their order), and those left
@@ -345,7 +355,7 @@ class Engine:
             # Just enough room for the backlog loop to claim, or a tenant that used its share
             # has room again for its waiting calls.
             if room == self.min_claim or was_full:
-                self.room_freed.set()
+                wakeups.wake_here(Channel.BACKLOG)
         self.results.put((attempt, outcome))
 
     # -- delivery to subscribers --------------------------------------------------------------

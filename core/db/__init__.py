@@ -4,7 +4,8 @@
   one process's concurrent writes sharing a transaction (group_commit);
 - statements: reads and writes written once per process (sql_query, sql_update_returning,
   sql_execute_many, rows_by_key) and how their values are passed and read back;
-- watch: a loop's idle poll skipped while nothing was committed (ChangeWatch);
+- watch: a loop's idle poll skipped while nothing was committed (ChangeWatch), and its sleep;
+- wakeups: the channels that wake the loops (notify, wakeups);
 - values: a field's value prepared as the ORM prepares it, cheaper (saver);
 - bulk: batched UPDATEs and INSERTs (update_many, insert_prepare, insert_new, insert_many).
 
@@ -30,7 +31,14 @@ from core.db.statements import (
     sql_query,
     sql_update_returning,
 )
-from core.db.transactions import GROUP_COMMIT_MAX, group_commit, take_turn, urgent_writes, writes_urgent
+from core.db.transactions import (
+    GROUP_COMMIT_MAX,
+    group_commit,
+    one_transaction,
+    take_turn,
+    urgent_writes,
+    writes_urgent,
+)
 from core.db.values import Saver, saver
 from core.db.watch import ChangeWatch
 
@@ -48,6 +56,7 @@ __all__ = [
     "insert_new",
     "insert_prepare",
     "insert_rows_prepare",
+    "one_transaction",
     "rows_by_key",
     "rows_per_insert",
     "saver",

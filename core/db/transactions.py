@@ -31,6 +31,19 @@ def take_turn(name: str) -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
 
 
+@contextmanager
+def one_transaction() -> Iterator[None]:
+    """A pass of reads (and the odd write) as one transaction on PostgreSQL, whose server counts
+    each statement outside a transaction as one: an idle loop's pass stays one transaction
+    (docs/architecture.md, "Wake, don't poll"). On SQLite nothing: a transaction there takes
+    the write lock (BEGIN IMMEDIATE), and its reads cost the server nothing."""
+    if connection.vendor == "postgresql":
+        with transaction.atomic():
+            yield
+    else:
+        yield
+
+
 _write_priority = threading.local()
 
 

@@ -1,5 +1,5 @@
-"""ChangeWatch: a loop's idle poll skipped while nothing has been committed (docs/architecture.md,
-"Where the loops run: inside django-q2").
+"""ChangeWatch: a loop's idle poll skipped while nothing has been committed, and its sleep until
+something is (docs/architecture.md, "Wake, don't poll").
 """
 
 from __future__ import annotations
@@ -10,53 +10,74 @@ from typing import Any, TypeVar
 
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from core.db.wakeups import Channel, wakeups
+
 T = TypeVar("T")
 
 
 class ChangeWatch:
-    """Whether a loop's poll may skip its read: nothing was committed since its last read, which
-    found nothing.
+    """Whether a loop's poll may skip its read: nothing was committed for it since its last read,
+    which found nothing.
 
-    The engine's loops look for work ten to fifty times a second and, while the agent is idle,
-    find none. On SQLite, `PRAGMA data_version` of the loop's own connection moves whenever
-    another connection commits (another process's, or another thread's of this process; never
-    this connection's own): while it stands still since a read that found nothing, the same read
-    would find nothing again, but for what falls due by the clock alone (a retry, a lease), which
-    `recheck` bounds: a read is never skipped more than `recheck` seconds after the last one. The
-    pragma reads one word of the WAL index, where each poll's read planned and ran a statement
-    (docs/architecture.md, "Where the loops run: inside django-q2"). Elsewhere (PostgreSQL, a
-    database in memory) every poll reads.
+    The engine's loops look for work and, while the agent is idle, find none. With `channel`,
+    while this process's wake-ups listen (core/db/wakeups.py), a read is skipped while the
+    channel has not woken since the last read found nothing, and `sleep` waits for that wake:
+    an idle loop neither reads nor ticks. Without them, on SQLite, `PRAGMA data_version` of the
+    loop's own connection moves whenever another connection commits: while it stands still
+    since a read that found nothing, the same read would find nothing again. Elsewhere (a
+    database in memory, PostgreSQL without a listener) every poll reads.
+
+    Either way, what falls due by the clock alone (a retry, a lease) is no commit: a read is never
+    skipped more than `recheck` seconds after the last one, or past the moment the read said
+    the next work falls due (`due_in`).
 
     A loop whose own writes can make work for its own read must not skip across them: it reports
     such a read as having found something, or calls `forget`. One watch per loop, used from that
     loop's thread.
 
         rows = watch.read(lambda: poll_query(), empty=[])  # what it returns, if true, is found
+        ...
+        watch.sleep(0.05)  # found nothing: until the channel wakes or a read falls due
     """
 
-    def __init__(self, *, recheck: float) -> None:
+    def __init__(self, *, recheck: float, channel: Channel | None = None) -> None:
         self.recheck = recheck
-        # The connection, its data_version and the time of the last read, if it found nothing.
+        self.channel = channel
+        # The source (wake-ups, or the SQLite connection), its version and the time of the last
+        # read, if it found nothing; and until when (time.monotonic) the next read may wait.
         self._quiet: tuple[Any, int, float] | None = None
+        self._quiet_until = 0.0
 
     def mark(self) -> tuple[Any, int, float] | None:
         """Before the read: None if it may be skipped, else what to pass to `done`. Taken before
         the read, so that a commit made while the read runs is seen by the next mark."""
-        conn = connections[DEFAULT_DB_ALIAS]
-        if conn.vendor != "sqlite" or conn.is_in_memory_db():
-            return _EVERY_READ
-        conn.ensure_connection()
-        raw = conn.connection
-        version = raw.execute("PRAGMA data_version").fetchone()[0]
         now = time.monotonic()
+        generation = wakeups.generation(self.channel) if self.channel is not None else None
+        if generation is not None:
+            source, version = _WAKEUPS, generation
+        else:
+            conn = connections[DEFAULT_DB_ALIAS]
+            if conn.vendor != "sqlite" or conn.is_in_memory_db():
+                return _EVERY_READ
+            conn.ensure_connection()
+            source = conn.connection
+            version = source.execute("PRAGMA data_version").fetchone()[0]
         quiet = self._quiet
-        if quiet is not None and quiet[0] is raw and quiet[1] == version and now - quiet[2] < self.recheck:
+        if quiet is not None and quiet[0] is source and quiet[1] == version and now < self._quiet_until:
             return None
-        return (raw, version, now)
+        return (source, version, now)
 
     def done(self, mark: tuple[Any, int, float], *, found: bool) -> None:
         """After the read: whether it found anything."""
         self._quiet = None if found or mark is _EVERY_READ else mark
+        if self._quiet is not None:
+            self._quiet_until = mark[2] + self.recheck
+
+    def due_in(self, seconds: float) -> None:
+        """The read that found nothing also found that work falls due in `seconds`: the next read
+        waits no longer than that."""
+        if self._quiet is not None:
+            self._quiet_until = min(self._quiet_until, time.monotonic() + max(0.0, seconds))
 
     def read(self, read: Callable[[], T], *, empty: T) -> T:
         """What `read()` returns (found: if true), or `empty` when the read may be skipped."""
@@ -71,5 +92,30 @@ class ChangeWatch:
         """The next read is not skipped (the loop was told that there may be work)."""
         self._quiet = None
 
+    def waits_for_wake(self) -> bool:
+        """Whether the next read waits for the channel's wake (or the clock), the wake-ups
+        listening: a loop may sleep until then."""
+        quiet = self._quiet
+        return quiet is not None and quiet[0] is _WAKEUPS and wakeups.listening
+
+    def seconds_quiet(self, poll: float) -> float:
+        """How long a loop whose look found nothing may sleep: until the next read falls due
+        when it waits for a wake, else `poll`."""
+        if self.waits_for_wake():
+            return max(0.0, self._quiet_until - time.monotonic())
+        return poll
+
+    def sleep(self, poll: float) -> None:
+        """After a look that found nothing: wait until the channel wakes or the next read falls
+        due (listening), else `poll` seconds (the channel's wakes still end it early)."""
+        if self.channel is None:
+            time.sleep(poll)
+            return
+        if self.waits_for_wake():
+            wakeups.wait((self.channel,), seen=self._quiet[1], timeout=self.seconds_quiet(poll))
+        else:
+            wakeups.wait((self.channel,), seen=wakeups.seen_now((self.channel,)), timeout=poll)
+
 
 _EVERY_READ: tuple[Any, int, float] = (None, -1, 0.0)
+_WAKEUPS = object()

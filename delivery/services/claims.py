@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.db import db_datetime, db_uuid, rows_by_key, sql_query, sql_update_returning
+from core.db.wakeups import Channel, notify
 from core.fairness import ShareRule, round_robin
 from core.ids import utcnow
 from delivery.envelopes import event_body
@@ -205,10 +206,12 @@ def notifications_release(*, notifications: Sequence[ClaimedNotification | Notif
     for notification in notifications:
         by_holder.setdefault(notification.claimed_by or None, []).append(notification.pk)
     now = utcnow()
-    for claimed_by, keys in by_holder.items():
-        Notification.objects.filter(pk__in=keys, claimed_by=claimed_by, next_attempt_at__isnull=False).update(
-            locked_until=None, claimed_by=None, next_attempt_at=now
-        )
+    with transaction.atomic():
+        for claimed_by, keys in by_holder.items():
+            Notification.objects.filter(pk__in=keys, claimed_by=claimed_by, next_attempt_at__isnull=False).update(
+                locked_until=None, claimed_by=None, next_attempt_at=now
+            )
+        notify(Channel.DELIVERY)
 
 
 def notifications_release_dead_claims(*, live_sessions: Iterable[str], looked_at: datetime) -> int:

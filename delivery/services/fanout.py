@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from django.db import connection, transaction
 
 from core.db import db_datetime, db_param, db_uuid, insert_many, rows_by_key, sql_query
+from core.db.wakeups import Channel, notify
 from core.ids import new_id, utcnow
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
@@ -83,6 +84,8 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | 
     with transaction.atomic(savepoint=False):
         handed = _hand_over(rows, offer, now) if offer is not None and rows else []
         made = insert_many(Notification, rows=rows, ignore_conflicts=True)
+        if made > len(handed):  # due for any delivery loop once this commits
+            notify(Channel.DELIVERY)
         if handed:
             if made != len(rows):  # a redelivered event: only the rows made now are claimed
                 handed = _existing(handed)

@@ -8,6 +8,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from core.db.wakeups import Channel, notify
 from core.errors import NotFound
 from core.ids import new_id, utcnow
 from delivery.models import Notification
@@ -32,6 +33,7 @@ def subscription_send_test(*, tenant_id: str | None, subscription_id: uuid.UUID 
             "causationId": None,
             "payload": {"subscriptionId": str(subscription.subscription_id), "message": "A test event."},
         }
+        notify(Channel.DELIVERY)
         return Notification.objects.create(
             notification_id=new_id(),
             subscription=subscription,
@@ -54,6 +56,7 @@ def subscription_recover(*, tenant_id: str | None, subscription_id: uuid.UUID | 
     with transaction.atomic():
         subscription = locked_subscription(tenant_id, subscription_id)
         now = utcnow()
+        notify(Channel.DELIVERY)
         return Notification.objects.filter(
             subscription=subscription,
             state__in=[Notification.State.FAILED, Notification.State.EXPIRED],
@@ -90,4 +93,5 @@ def notification_resend(*, tenant_id: str | None, notification_id: uuid.UUID | s
         notification.claimed_by = None  # a try still out is not recorded (notifications_record)
         notification.updated_at = now
         notification.save()
+        notify(Channel.DELIVERY)
     return notification

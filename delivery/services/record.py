@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from core.db import db_uuid, sql_execute_many, sql_query
+from core.db.wakeups import Channel, notify
 from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.tries import ClaimedNotification, SendResult
@@ -134,6 +135,8 @@ def notifications_record(*, results: Iterable[tuple[ClaimedNotification | Notifi
         # they share in the same order, so they never deadlock on them.
         for subscription_id in sorted(outcome_by_subscription):
             _subscription_note(subscription_id, outcome_by_subscription[subscription_id], now)
+        if succeeded or attempts:  # the next event of each queue is due now
+            notify(Channel.DELIVERY)
 
 
 def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], now: datetime) -> None:

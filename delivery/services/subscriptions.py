@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
+from core.db.wakeups import Channel, notify
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import seal_value
@@ -94,6 +95,7 @@ def subscription_update(
                 subscription.disabled_reason = ""
                 subscription.failing_since = None
                 _expire_waiting(subscription)
+                notify(Channel.DELIVERY)  # what waited while it was disabled
             else:
                 subscription.disabled_reason = "disabled by a user"
         subscription.updated_at = utcnow()

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection
 
 from core.db import update_many
+from core.db.wakeups import Channel, notify
 from core.ids import utcnow
 from orchestration.admission.held import _gauges, _oldest_held, _queues, _running_counts, _undecided, held_ms_of
 from orchestration.admission.limits import _limited, _limits_of, forget_limited_tenants
@@ -167,6 +168,8 @@ def _mark_held(held: list[tuple[ServiceCall, str]], *, now: datetime) -> None:
         ServiceCall.objects.filter(pk__in=ids, status=ServiceCall.Status.SCHEDULED).update(
             held_since=now, held_queue=queue
         )
+    if new:  # the flow loop, asleep while none was held, starts them as room frees
+        notify(Channel.FLOW)
     for queue, ids in moved.items():
         ServiceCall.objects.filter(pk__in=ids, status=ServiceCall.Status.SCHEDULED).update(held_queue=queue)
 

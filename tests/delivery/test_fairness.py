@@ -182,7 +182,7 @@ def test_a_failing_look_for_due_work_loses_no_result(transactional_db, world, mo
             def gone(**kwargs):
                 raise DatabaseError("the database is gone")
 
-            monkeypatch.setattr(runner, "notifications_due_exist", gone)
+            monkeypatch.setattr(runner, "notifications_next_due", gone)
             with pytest.raises(DatabaseError):
                 deliverer.step()
             assert deliverer.results.qsize() == 1 and deliverer.in_flight == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from core.db.wakeups import Channel, wakeups
 from core.ids import utcnow
 from execution.outcomes import Outcome
 from orchestration.models import ServiceCall
@@ -47,7 +48,8 @@ def test_without_held_calls_a_round_only_polls(world):
 def test_a_finish_wakes_the_loop_only_for_a_limited_tenant(world):
     make_flow_control("acme", parallelism=1)
     loop = _loop([])
+    seen = wakeups.seen_now([Channel.FLOW])
     loop.finished(["globex"])
-    assert not loop._wake.is_set()
+    assert wakeups.seen_now([Channel.FLOW]) == seen
     loop.finished(["globex", "acme"])
-    assert loop._wake.is_set()
+    assert wakeups.seen_now([Channel.FLOW]) == seen + 1

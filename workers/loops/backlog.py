@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from django.db import close_old_connections
 
 from core.db import ChangeWatch
+from core.db.wakeups import Channel
 from core.ids import utcnow
 from orchestration.selectors import service_calls_overdue, service_calls_overdue_exist
 from orchestration.services import CallKey
@@ -37,9 +38,10 @@ BACKLOG_POLL_SECONDS = 0.02
 # free it never waits longer than this (a pool kept nearly full by slow calls).
 BACKLOG_MIN_CLAIM = 16
 BACKLOG_MAX_WAIT_SECONDS = 0.2
-# With nothing overdue and nothing committed since, its looks are skipped; one reads at least
-# this often, as calls also fall due by the clock alone.
-BACKLOG_QUIET_RECHECK_SECONDS = 0.1
+# With nothing overdue and no wake since (a timer left due calls, room freed: core/db/wakeups.py),
+# its looks are skipped; one reads at least this often, as a call left by a timer home that died
+# falls due by the clock alone.
+BACKLOG_QUIET_RECHECK_SECONDS = 5.0
 # A due call whose start failed in the backlog is left aside this long (logged), not retried in
 # a tight loop; the others go on.
 SET_ASIDE_SECONDS = 60.0
@@ -63,8 +65,8 @@ class BacklogLoop(Loop):
 
     def run(self) -> None:
         self.last_claim = time.monotonic()
-        # Calls fall due by the clock too: a skipped look (core.db.ChangeWatch) is made up soon.
-        self.watch = ChangeWatch(recheck=BACKLOG_QUIET_RECHECK_SECONDS)
+        # Woken when a timer leaves due calls or room frees (core.db.ChangeWatch).
+        self.watch = ChangeWatch(recheck=BACKLOG_QUIET_RECHECK_SECONDS, channel=Channel.BACKLOG)
         super().run()
 
     def step(self) -> bool:
@@ -98,11 +100,8 @@ class BacklogLoop(Loop):
         return False
 
     def idle(self) -> None:
-        room_freed = self.engine.room_freed
-        room_freed.wait(BACKLOG_POLL_SECONDS)
-        if room_freed.is_set():  # room freed, or the timer left due calls to the backlog
-            room_freed.clear()  # (a wake that comes after this stays set for the next wait)
-            self.watch.forget()
+        # Until room frees or a timer leaves due calls (Engine.wake_backlog), or the recheck.
+        self.watch.sleep(BACKLOG_POLL_SECONDS)
 
     def start_overdue(self, due_before: datetime, room: Reservation, full: list[str]) -> int:
         engine = self.engine

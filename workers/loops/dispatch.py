@@ -11,6 +11,7 @@ import time
 from django.conf import settings
 
 from core.db import ChangeWatch
+from core.db.wakeups import Channel
 from delivery.fanout import NotificationSink
 from delivery.services import nats_subscription_ensure
 from outbox.dispatcher import dispatch_batch
@@ -20,9 +21,9 @@ from workers.loops.base import Loop, Where
 # Outbox events claimed per dispatch transaction, at most (OUTBOX_BATCH_SIZE may be smaller):
 # a due timer waits for the transaction in progress, so none may be long.
 DISPATCH_CHUNK = 100
-# With nothing to publish and nothing committed since, the dispatcher's looks are skipped; one
+# With nothing to publish and no event appended since, the dispatcher's looks are skipped; one
 # reads at least this often (a publication that failed is tried again by the clock).
-DISPATCH_QUIET_RECHECK_SECONDS = 0.5
+DISPATCH_QUIET_RECHECK_SECONDS = 5.0
 
 
 class DispatchLoop(Loop):
@@ -36,10 +37,10 @@ class DispatchLoop(Loop):
         with self.engine.gate.slot():
             nats_subscription_ensure()
         self.published = 0
-        # Events are made by commits, but a failed publication, or a dead dispatcher's lease,
-        # falls due by the clock: a skipped look (core.db.ChangeWatch) is made up within
-        # DISPATCH_QUIET_RECHECK_SECONDS.
-        self.watch = ChangeWatch(recheck=DISPATCH_QUIET_RECHECK_SECONDS)
+        # Events are made by commits, which wake the outbox channel; but a failed publication, or
+        # a dead dispatcher's lease, falls due by the clock: a skipped look (core.db.ChangeWatch)
+        # is made up within DISPATCH_QUIET_RECHECK_SECONDS.
+        self.watch = ChangeWatch(recheck=DISPATCH_QUIET_RECHECK_SECONDS, channel=Channel.OUTBOX)
         super().run()
 
     def step(self) -> bool:
@@ -65,6 +66,9 @@ class DispatchLoop(Loop):
         return published >= self.limit
 
     def idle(self) -> None:
-        # Caught up: let events gather for one poll interval rather than take the write lock
-        # twice for every few events (lag stays within that interval).
-        self.engine.stop_event.wait(self.poll)
+        if self.published:
+            # Caught up: let events gather for one poll interval rather than take the write lock
+            # twice for every few events (lag stays within that interval).
+            self.engine.stop_event.wait(self.poll)
+        else:  # until events are appended
+            self.watch.sleep(self.poll)

@@ -4,9 +4,11 @@
 The timer home runs it (one per cluster). Each round reads, from indexes only, the tenants with held calls and
 the room their limits seem to have, then starts each tenant's oldest held calls through the
 same start as the timer (orchestration decides again under the tenant's lock, so two engines
-racing start nothing twice and break no limit). It polls every FLOW_POLL_SECONDS, sleeps
-exactly until a rate limit's next start when that comes sooner, and wakes at once when a call
-of a limited tenant finishes in this engine (other clusters' finishes are seen at the next poll).
+racing start nothing twice and break no limit). While calls are held it polls every
+FLOW_POLL_SECONDS, sleeps exactly until a rate limit's next start when that comes sooner, and
+wakes at once when a call of a limited tenant finishes in this engine (other processes'
+finishes are seen at the next poll). While none is held it sleeps until a start holds one (the
+flow channel, core/db/wakeups.py).
 
 FlowRounds is the loop's logic, one round at a time; FlowLoop runs it in the engine.
 """
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING
 from django.db import close_old_connections
 
 from core.db import ChangeWatch
+from core.db.wakeups import Channel, wakeups
 from orchestration.admission import flow_round, tenant_has_limits
 from orchestration.services import CallKey
 from workers.loops.base import Loop, Where
@@ -39,8 +42,8 @@ FLOW_POLL_SECONDS = 0.02
 FLOW_BATCH = 50
 # After a round that failed (the database away), before the next one.
 ERROR_PAUSE_SECONDS = 1.0
-# With none held and nothing committed since, rounds are skipped; one reads at least this often.
-QUIET_RECHECK_SECONDS = 1.0
+# With none held and no call held since, rounds are skipped; one reads at least this often.
+QUIET_RECHECK_SECONDS = 5.0
 
 # Starts the given calls and hands their attempts to the execution pool; returns how many started.
 Start = Callable[[list[CallKey]], int]
@@ -59,26 +62,25 @@ class FlowRounds:
         self.poll = poll
         self.batch = batch
         self.on_run = on_run
-        self._wake = threading.Event()
-        self._watch = ChangeWatch(recheck=QUIET_RECHECK_SECONDS)
+        self._watch = ChangeWatch(recheck=QUIET_RECHECK_SECONDS, channel=Channel.FLOW)
 
     def finished(self, tenant_ids: Iterable[str]) -> None:
         """Calls of these tenants finished: if any has limits, room may have freed."""
         if any(tenant_has_limits(tenant_id) for tenant_id in set(tenant_ids)):
-            self._wake.set()
+            wakeups.wake_here(Channel.FLOW)
 
     def step(self) -> float:
         """One round; returns how long the loop may sleep."""
         started_at = time.monotonic()
-        # Calls are held only by a start, which commits: while nothing has been committed since
-        # a round found none held, none is (core.db.ChangeWatch).
+        # Calls are held only by a start, which commits and wakes the flow channel: while none
+        # has since a round found none held, none is (core.db.ChangeWatch).
         mark = self._watch.mark()
         if mark is None:
-            return self.poll
+            return self._watch.seconds_quiet(self.poll)
         plan = flow_round(batch=self.batch)
         self._watch.done(mark, found=plan.held)
         if not plan.held:
-            return self.poll
+            return self._watch.seconds_quiet(self.poll)
         started = 0
         for tenant_id, ids in plan.starts:
             started += self._start(tenant_id, ids)
@@ -103,6 +105,7 @@ class FlowRounds:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
+            seen = wakeups.seen_now((Channel.FLOW,))
             try:
                 pause = self.step()
             except Exception as exc:
@@ -112,8 +115,7 @@ class FlowRounds:
                 close_old_connections()
                 pause = ERROR_PAUSE_SECONDS
             if pause > 0:
-                self._wake.wait(pause)
-            self._wake.clear()
+                wakeups.wait((Channel.FLOW,), seen=seen, timeout=pause)
 
 
 class FlowLoop(Loop):

@@ -22,8 +22,9 @@ logger = logging.getLogger("serviceagent.engine")
 # writes in one transaction (each holds the write lock the timer and the dispatcher wait for).
 RECORD_GATHER_SECONDS = 0.01
 RECORD_BATCH = 100
-# How long a step waits for a first outcome.
-RECORD_WAIT_SECONDS = 0.1
+# How long a step waits for a first outcome (an outcome ends the wait at once; a stopping
+# engine waits for it).
+RECORD_WAIT_SECONDS = 0.5
 
 
 class RecorderLoop(Loop):

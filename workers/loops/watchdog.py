@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from core.db import one_transaction
 from workers import recovery
 from workers.loops.base import Loop, Where
 
@@ -26,7 +27,10 @@ class WatchdogLoop(Loop):
     def step(self) -> bool:
         started = time.monotonic()
         engine = self.engine
-        with engine.gate.slot():
-            moved = recovery.sweep(worker_id=engine.session_id, execute=engine.execute)
+        resumed = []
+        # One transaction on PostgreSQL: an idle pass is one, not one per read.
+        with engine.gate.slot(), one_transaction():
+            moved = recovery.sweep(worker_id=engine.session_id, execute=resumed.extend)
+        engine.execute(resumed)  # once their claim committed
         self.record(started=started, items=moved)
         return False

@@ -1,0 +1,241 @@
+"""Wake-ups: the engine's loops sleep until a commit made work for them, or until work falls due
+by the clock (docs/architecture.md, "Wake, don't poll").
+
+Each loop waits on a channel (Channel). A transaction that makes work for a loop calls
+`notify(channel)`:
+- PostgreSQL: `pg_notify`, which the server sends when, and only if, the transaction commits, to
+  every session LISTENing. Each process that waits (Wakeups.start) has one listener thread on a
+  connection of its own: LISTEN needs a session that lives as long as the process, which a
+  connection pooler in transaction mode (PgBouncer) does not keep, so it connects to
+  DATABASE_DIRECT_URL when that is set (docs/deploy.md, "Connections").
+- SQLite: nothing is sent; the database is a file of this host. The listener thread waits
+  on the kernel's inotify for writes to the database's files (a commit writes the write-ahead
+  log), whichever process made them, and then every channel wakes. Without inotify (not
+  Linux) it reads `PRAGMA data_version` every SQLITE_WATCH_SECONDS instead.
+`wake_here` wakes a channel's loops of this process only (room freed in its pool, say).
+
+Every wake moves its channel's generation: a loop's ChangeWatch (core/db/watch.py) skips its
+read while the generation stands still since a read that found nothing. While the listener is
+not listening (not started, its connection lost, an in-memory database), `generation` is None:
+every read is made, and waits are capped at FALLBACK_POLL_SECONDS.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+
+logger = logging.getLogger("serviceagent.wakeups")
+
+
+class Channel(enum.StrEnum):
+    """The channels, who notifies them and who waits on them."""
+
+    # Timers registered or re-armed (timer/services.py): the timer loop.
+    TIMER = "timer"
+    # Due calls a timer left unstarted, its pool full (Engine.on_due): every backlog loop.
+    BACKLOG = "backlog"
+    # Calls held by flow control (orchestration/admission/): the flow loop.
+    FLOW = "flow"
+    # Events appended to the outbox (outbox/services.py): the dispatcher.
+    OUTBOX = "outbox"
+    # Notifications due now: made by the fan-out, resent, re-enabled (delivery/): every delivery
+    # loop.
+    DELIVERY = "delivery"
+    # Schedules made, changed or resumed (schedules/services.py): the schedules loop.
+    SCHEDULES = "schedules"
+    # django-q2 tasks queued (the broker's enqueue): the cluster's pusher (workers/broker.py).
+    TASKS = "tasks"
+
+
+# PostgreSQL's channel names: one database may serve other software.
+PREFIX = "service_agent_"
+# Without inotify, how often the SQLite listener reads data_version: the delay a commit's wake
+# may add (the dispatcher's and the delivery loops' own polls were as long).
+SQLITE_WATCH_SECONDS = 0.05
+# The longest a wait lasts while the listener is not listening (every read is made then).
+FALLBACK_POLL_SECONDS = 0.05
+# Between two tries to connect the PostgreSQL listener.
+RECONNECT_SECONDS = 1.0
+# How long `start` waits for the listener's first try (a database that does not answer).
+START_WAIT_SECONDS = 2.0
+
+
+def notify(*channels: Channel) -> None:
+    """Tell the loops of `channels`, in every process, that this transaction made work for them
+    (delivered when it commits; at once outside a transaction). Nothing to send on SQLite."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "postgresql" or not channels:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + ", ".join(["pg_notify(%s, '')"] * len(channels)), [PREFIX + channel for channel in channels]
+        )
+
+
+class Wakeups:
+    """The wake-ups of one process: its listener thread and the channels' generations."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._generations = dict.fromkeys(Channel, 0)
+        self._users = 0
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        # Set once the listener's first try to listen is over (listening or not).
+        self._tried = threading.Event()
+        self.listening = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Listen (idempotent; each start is matched by a stop). Not on an in-memory SQLite
+        database, which no other connection writes."""
+        with self._changed:
+            self._users += 1
+            if self._thread is not None:
+                return
+            connection = connections[DEFAULT_DB_ALIAS]
+            if connection.vendor == "sqlite" and connection.is_in_memory_db():
+                return
+            target = self._listen_postgres if connection.vendor == "postgresql" else self._watch_sqlite
+            self._stop.clear()
+            self._tried.clear()
+            self._thread = threading.Thread(target=target, name="wakeups", daemon=True)
+            self._thread.start()
+        # The loops start listening, not polling: each skips its reads from its first look.
+        self._tried.wait(START_WAIT_SECONDS)
+
+    def stop(self) -> None:
+        with self._changed:
+            self._users = max(0, self._users - 1)
+            if self._users or self._thread is None:
+                return
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        thread.join(timeout=5)
+        self._set_listening(False)
+
+    # -- waking and waiting -------------------------------------------------------------------
+    def generation(self, channel: Channel) -> int | None:
+        """The channel's wake count; None while not listening (every read must be made)."""
+        return self._generations[channel] if self.listening else None
+
+    def wake_here(self, *channels: Channel) -> None:
+        """Wake these channels' loops in this process."""
+        with self._changed:
+            for channel in channels:
+                self._generations[channel] += 1
+            self._changed.notify_all()
+
+    def wait(self, channels: Iterable[Channel], seen: int, timeout: float) -> int:
+        """Sleep until one of `channels` wakes past `seen` (what the last call returned, or
+        `seen_now`), or `timeout` seconds; returns their wake count now."""
+        channels = tuple(channels)
+        if not self.listening:
+            timeout = min(timeout, FALLBACK_POLL_SECONDS)
+        with self._changed:
+            self._changed.wait_for(lambda: self._count(channels) != seen, timeout=max(0.0, timeout))
+            return self._count(channels)
+
+    def seen_now(self, channels: Iterable[Channel]) -> int:
+        with self._changed:
+            return self._count(tuple(channels))
+
+    def _count(self, channels: tuple[Channel, ...]) -> int:
+        return sum(self._generations[channel] for channel in channels)
+
+    def _set_listening(self, listening: bool) -> None:
+        self.listening = listening
+        self._tried.set()
+        if not listening:  # the loops asleep until a wake poll again (a look reads while not listening)
+            self.wake_here(*Channel)
+
+    # -- the listener threads -----------------------------------------------------------------
+    def _listen_postgres(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with self._connect_postgres() as conn:
+                    for channel in Channel:
+                        conn.execute(f'LISTEN "{PREFIX}{channel}"')
+                    self._set_listening(True)
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=1.0):
+                            channel = note.channel.removeprefix(PREFIX)
+                            if channel in self._generations:
+                                self.wake_here(Channel(channel))
+            except Exception:
+                if not self._stop.is_set():
+                    logger.warning("the wake-up listener lost its connection; retrying in %ss", RECONNECT_SECONDS)
+            self._set_listening(False)
+            self._stop.wait(RECONNECT_SECONDS)
+
+    def _connect_postgres(self):
+        import psycopg
+
+        connection = connections[DEFAULT_DB_ALIAS]
+        params = connection.get_connection_params()
+        if settings.DATABASE_DIRECT_URL:
+            # The server itself, past the pooler; the database is Django's (a test run's, say).
+            return psycopg.connect(settings.DATABASE_DIRECT_URL, dbname=params["dbname"], autocommit=True)
+        params.pop("cursor_factory", None)
+        return psycopg.connect(**params, autocommit=True)
+
+    def _watch_sqlite(self) -> None:
+        path = Path(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]).resolve()
+        try:
+            from inotify_simple import INotify, flags
+
+            notifier = INotify()
+            notifier.add_watch(path.parent, flags.MODIFY)
+        except (ImportError, OSError):  # not Linux, or no inotify instance left
+            self._poll_sqlite(path)
+            return
+        # A commit writes the write-ahead log (a checkpoint, the database file): whichever
+        # process or thread made it, the kernel says so at once, and an idle process sleeps.
+        names = {path.name, f"{path.name}-wal"}
+        try:
+            self._set_listening(True)
+            while not self._stop.is_set():
+                if any(event.name in names for event in notifier.read(timeout=1000)):
+                    self.wake_here(*Channel)
+        finally:
+            notifier.close()
+
+    def _poll_sqlite(self, path: Path) -> None:
+        """Without inotify: a connection of its own, which never writes, reads `data_version`,
+        which moves with every commit of every other connection."""
+        watch = last = None
+        while not self._stop.is_set():
+            try:
+                if watch is None:
+                    watch = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+                version = watch.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error:
+                logger.warning("the wake-up watch could not read the database; retrying in %ss", RECONNECT_SECONDS)
+                if watch is not None:
+                    watch.close()
+                watch = last = None
+                self._set_listening(False)
+                self._stop.wait(RECONNECT_SECONDS)
+                continue
+            if last is None:
+                self._set_listening(True)
+            elif version != last:
+                self.wake_here(*Channel)
+            last = version
+            time.sleep(SQLITE_WATCH_SECONDS)  # cheaper than a timed wait on an event
+        if watch is not None:
+            watch.close()
+
+
+# The process's wake-ups: the engine starts them (workers/engine.py), the pusher too
+# (workers/broker.py).
+wakeups = Wakeups()
