@@ -72,13 +72,45 @@ def start_workers(
     return child
 
 
-def idle_cpu_percent(workers: Child, *, seconds: float) -> float:
-    """The CPU the cluster's processes take with nothing to do (their loops' polls), as a
-    percentage of one core over `seconds`."""
+def idle_figures(workers: Child, *, seconds: float, settle: float = 2.0) -> dict[str, float]:
+    """What one cluster costs with nothing to do, over `seconds` once it settled: the CPU of its
+    processes as a percentage of one core, and on PostgreSQL the transactions a second its
+    database counts (every statement outside a transaction is one) and the connections open to
+    it (docs/architecture.md, "Wake, don't poll")."""
+    from django.db import connection
+
+    time.sleep(settle)
+    postgres = connection.vendor == "postgresql"
     pids = group_pids(workers.proc.pid)
-    before, started = cpu_seconds(pids), time.monotonic()
+    before, xacts_before, started = cpu_seconds(pids), _transactions() if postgres else 0, time.monotonic()
     time.sleep(seconds)
-    return (cpu_seconds(pids) - before) / (time.monotonic() - started) * 100
+    elapsed = time.monotonic() - started
+    figures = {"cpu_percent": (cpu_seconds(pids) - before) / elapsed * 100, "seconds": round(elapsed, 1)}
+    if postgres:
+        # Less the two reads of the count itself.
+        figures["transactions_per_second"] = (_transactions() - xacts_before - 2) / elapsed
+        figures["connections"] = _connections() - 1  # not the bench's own
+    return figures
+
+
+def _transactions() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        # The statistics of this transaction's snapshot: a fresh one each time.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return cursor.fetchone()[0]
+
+
+def _connections() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return cursor.fetchone()[0]
 
 
 def _submit(tenant_id: str, url: str, dues: list[float], prefix: str) -> dict[str, float]:

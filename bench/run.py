@@ -87,7 +87,7 @@ FULL = {
     "flow_spread": 5.0,
     "neighbour_calls": 100,
     "neighbour_spread": 4.0,
-    "idle_seconds": 5.0,
+    "idle_seconds": 10.0,
 }
 QUICK = {
     **FULL,
@@ -113,6 +113,7 @@ QUICK = {
     "flow_backlog": 300,
     "flow_spread": 3.0,
     "neighbour_calls": 40,
+    "idle_seconds": 3.0,
     "neighbour_spread": 3.0,
 }
 BIG = {"list_calls": 1_000_000}
@@ -259,7 +260,7 @@ class Run:
         s = self.sizes
         workers = agent.start_workers(self.children, env)
         try:
-            self.results["agent"]["idle_cpu_percent"] = agent.idle_cpu_percent(workers, seconds=s["idle_seconds"])
+            self.results["agent"]["idle"] = agent.idle_figures(workers, seconds=s["idle_seconds"])
             if "lateness" in self.only:
                 self.results["agent"]["lateness"] = agent.lateness(
                     url=self.target_url,
@@ -595,8 +596,12 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         )
 
     cpu = a.get("cpu_seconds") or {}
-    if a.get("idle_cpu_percent") is not None:
-        add("agent workers' CPU while idle (% of one core)", a["idle_cpu_percent"])
+    idle = a.get("idle") or {}
+    if idle:
+        add("agent workers' CPU while idle (% of one core)", idle["cpu_percent"], target="≤ 1", digits=2)
+    if idle.get("transactions_per_second") is not None:
+        add("idle cluster: database transactions per second", idle["transactions_per_second"], target="≤ 5")
+        add("idle cluster: connections open", idle["connections"], digits=0)
     if a.get("lateness") or q.get("lateness") or c.get("lateness"):
         add(
             "timers measured (n)",
