@@ -37,7 +37,7 @@ from operator import attrgetter
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from core.db.wakeups import Channel, notify, wakeups
+from core.db.wakeups import Channel, wakeups
 from core.fairness import round_robin
 from delivery.runner import Deliverer
 from execution.outcomes import ErrorKind, Outcome
@@ -243,9 +243,8 @@ class Engine:
     def wake_backlog(self) -> None:
         """Due calls are left for the backlog loops: this process's, and every other process's
         (docs/architecture.md, "Wake, don't poll")."""
-        wakeups.wake_here(Channel.BACKLOG)
         try:
-            notify(Channel.BACKLOG)
+            wakeups.wake_everywhere(Channel.BACKLOG)
         except Exception:  # they look by the clock anyway (BACKLOG_QUIET_RECHECK_SECONDS)
             logger.exception("waking the other processes' backlog loops failed")
 

@@ -12,7 +12,9 @@ Each loop waits on a channel (Channel). A transaction that makes work for a loop
   on the kernel's inotify for writes to the database's files (a commit writes the write-ahead
   log), whichever process made them, and then every channel wakes. Without inotify (not
   Linux) it reads `PRAGMA data_version` every SQLITE_WATCH_SECONDS instead.
-`wake_here` wakes a channel's loops of this process only (room freed in its pool, say).
+`wake_here` wakes a channel's loops of this process only (room freed in its pool, say), and
+`wake_everywhere` those of every process when no commit does (PostgreSQL: a notice; SQLite: a
+write to a wake file beside the database, which the listeners see as they see a commit).
 
 Every wake moves its channel's generation: a loop's ChangeWatch (core/db/watch.py) skips its
 read while the generation stands still since a read that found nothing. While the listener is
@@ -135,6 +137,17 @@ class Wakeups:
                 self._generations[channel] += 1
             self._changed.notify_all()
 
+    def wake_everywhere(self, channel: Channel) -> None:
+        """Wake a channel's loops in every process when no commit does (due calls a timer left
+        to the backlog): on PostgreSQL a notice of its own; on SQLite a write to the database's
+        wake file beside it, which the listeners' inotify sees as they see a commit."""
+        self.wake_here(channel)
+        connection = connections[DEFAULT_DB_ALIAS]
+        if connection.vendor == "postgresql":
+            notify(channel)
+        elif connection.vendor == "sqlite" and not connection.is_in_memory_db():
+            _wake_file(Path(connection.settings_dict["NAME"])).write_bytes(b"wake")
+
     def wait(self, channels: Iterable[Channel], seen: int, timeout: float) -> int:
         """Sleep until one of `channels` wakes past `seen` (what the last call returned, or
         `seen_now`), or `timeout` seconds; returns their wake count now."""
@@ -200,7 +213,7 @@ class Wakeups:
             return
         # A commit writes the write-ahead log (a checkpoint, the database file): whichever
         # process or thread made it, the kernel says so at once, and an idle process sleeps.
-        names = {path.name, f"{path.name}-wal"}
+        names = {path.name, f"{path.name}-wal", _wake_file(path).name}
         try:
             self._set_listening(True)
             while not self._stop.is_set():
@@ -234,6 +247,10 @@ class Wakeups:
             time.sleep(SQLITE_WATCH_SECONDS)  # cheaper than a timed wait on an event
         if watch is not None:
             watch.close()
+
+
+def _wake_file(database: Path) -> Path:
+    return database.with_name(f"{database.name}-wake")
 
 
 # The process's wake-ups: the engine starts them (workers/engine.py), the pusher too

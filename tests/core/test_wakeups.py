@@ -113,6 +113,17 @@ def test_a_wake_in_this_process_alone_needs_no_commit(listening):
     assert _woken(Channel.BACKLOG, seen, within=5)
 
 
+def test_a_wake_of_every_process_without_a_commit_reaches_the_listener(listening):
+    """Due calls a timer left to the backlog: no commit says so (on SQLite, the wake file)."""
+    seen = wakeups.seen_now([Channel.BACKLOG])
+    wakeups.wake_everywhere(Channel.BACKLOG)  # this process's loops at once ...
+    assert wakeups.seen_now([Channel.BACKLOG]) == seen + 1
+    deadline = time.monotonic() + 5  # ... and, through the listener, every process's
+    while wakeups.seen_now([Channel.BACKLOG]) < seen + 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert wakeups.seen_now([Channel.BACKLOG]) >= seen + 2
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the listener's own connection: PostgreSQL's")
 def test_a_lost_listener_connection_means_every_read_is_made_until_it_listens_again(listening):
     watch = ChangeWatch(recheck=60, channel=Channel.FLOW)
