@@ -245,10 +245,10 @@ class NearTermScheduler:
         self._last_id = 0
         try:
             while not stop.is_set():
-                seen = wakeups.seen_now((Channel.TIMER,))
+                seen = wakeups.seen_now(Channel.TIMER)
                 pause = self.step()
                 if pause > 0:  # a commit that registers a timer ends it (core/db/wakeups.py)
-                    wakeups.wait((Channel.TIMER,), seen=seen, timeout=pause)
+                    wakeups.wait(Channel.TIMER, seen=seen, timeout=pause)
         finally:
             try:
                 self.mark_reached()

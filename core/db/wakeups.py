@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
 logger = logging.getLogger("serviceagent.wakeups")
 
@@ -72,22 +72,58 @@ START_WAIT_SECONDS = 2.0
 
 
 def notify(*channels: Channel) -> None:
-    """Tell the loops of `channels`, in every process, that this transaction made work for them
-    (delivered when it commits; at once outside a transaction). Nothing to send on SQLite."""
+    """Tell the loops of `channels`, in every process, that this transaction made work for them:
+    once it commits (at once outside a transaction), never if it rolls back. Nothing to send on
+    SQLite.
+
+    On PostgreSQL the notice is a statement of its own right after the commit, all of one
+    transaction's channels together: a transaction that NOTIFYs holds the server's notification
+    queue lock through its commit, so the engine's write transactions, each notifying, would
+    commit one at a time behind it; the notice alone writes nothing and holds it for no flush."""
     connection = connections[DEFAULT_DB_ALIAS]
     if connection.vendor != "postgresql" or not channels:
         return
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT " + ", ".join(["pg_notify(%s, '')"] * len(channels)), [PREFIX + channel for channel in channels]
-        )
+    if not connection.in_atomic_block:
+        _send(connection, channels)
+        return
+    # One notice for all of a transaction's channels: its callback, while still registered
+    # (a rolled-back transaction or savepoint drops it, and its channels with it).
+    pending = connection.__dict__.get("_wakeups_pending")
+    if pending is None or all(entry[1] is not pending for entry in connection.run_on_commit):
+        pending = connection._wakeups_pending = _Pending(connection)
+        transaction.on_commit(pending)
+    pending.channels.update(channels)
+
+
+class _Pending:
+    """The channels a transaction notifies, sent once it commits (its on_commit callback)."""
+
+    def __init__(self, connection) -> None:
+        self.connection = connection
+        self.channels: set[Channel] = set()
+
+    def __call__(self) -> None:
+        _send(self.connection, self.channels)
+
+
+def _send(connection, channels: Iterable[Channel]) -> None:
+    channels = sorted(set(channels))
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT " + ", ".join(["pg_notify(%s, '')"] * len(channels)), [PREFIX + channel for channel in channels]
+            )
+    except Exception:  # committed all the same: the loops look by the clock
+        logger.warning("a wake-up notice could not be sent", exc_info=True)
 
 
 class Wakeups:
     """The wake-ups of one process: its listener thread and the channels' generations."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        # One condition per channel: a wake stirs that channel's sleepers only.
+        self._changed = {channel: threading.Condition(self._lock) for channel in Channel}
         self._generations = dict.fromkeys(Channel, 0)
         self._users = 0
         self._thread: threading.Thread | None = None
@@ -100,7 +136,7 @@ class Wakeups:
     def start(self) -> None:
         """Listen (idempotent; each start is matched by a stop). Not on an in-memory SQLite
         database, which no other connection writes."""
-        with self._changed:
+        with self._lock:
             self._users += 1
             if self._thread is not None:
                 return
@@ -116,7 +152,7 @@ class Wakeups:
         self._tried.wait(START_WAIT_SECONDS)
 
     def stop(self) -> None:
-        with self._changed:
+        with self._lock:
             self._users = max(0, self._users - 1)
             if self._users or self._thread is None:
                 return
@@ -132,10 +168,10 @@ class Wakeups:
 
     def wake_here(self, *channels: Channel) -> None:
         """Wake these channels' loops in this process."""
-        with self._changed:
+        with self._lock:
             for channel in channels:
                 self._generations[channel] += 1
-            self._changed.notify_all()
+                self._changed[channel].notify_all()
 
     def wake_everywhere(self, channel: Channel) -> None:
         """Wake a channel's loops in every process when no commit does (due calls a timer left
@@ -148,22 +184,18 @@ class Wakeups:
         elif connection.vendor == "sqlite" and not connection.is_in_memory_db():
             _wake_file(Path(connection.settings_dict["NAME"])).write_bytes(b"wake")
 
-    def wait(self, channels: Iterable[Channel], seen: int, timeout: float) -> int:
-        """Sleep until one of `channels` wakes past `seen` (what the last call returned, or
-        `seen_now`), or `timeout` seconds; returns their wake count now."""
-        channels = tuple(channels)
+    def wait(self, channel: Channel, seen: int, timeout: float) -> int:
+        """Sleep until `channel` wakes past `seen` (what the last call returned, or `seen_now`),
+        or `timeout` seconds; returns its wake count now."""
         if not self.listening:
             timeout = min(timeout, FALLBACK_POLL_SECONDS)
-        with self._changed:
-            self._changed.wait_for(lambda: self._count(channels) != seen, timeout=max(0.0, timeout))
-            return self._count(channels)
+        with self._lock:
+            self._changed[channel].wait_for(lambda: self._generations[channel] != seen, timeout=max(0.0, timeout))
+            return self._generations[channel]
 
-    def seen_now(self, channels: Iterable[Channel]) -> int:
-        with self._changed:
-            return self._count(tuple(channels))
-
-    def _count(self, channels: tuple[Channel, ...]) -> int:
-        return sum(self._generations[channel] for channel in channels)
+    def seen_now(self, channel: Channel) -> int:
+        with self._lock:
+            return self._generations[channel]
 
     def _set_listening(self, listening: bool) -> None:
         self.listening = listening

@@ -112,9 +112,9 @@ class ChangeWatch:
             time.sleep(poll)
             return
         if self.waits_for_wake():
-            wakeups.wait((self.channel,), seen=self._quiet[1], timeout=self.seconds_quiet(poll))
+            wakeups.wait(self.channel, seen=self._quiet[1], timeout=self.seconds_quiet(poll))
         else:
-            wakeups.wait((self.channel,), seen=wakeups.seen_now((self.channel,)), timeout=poll)
+            wakeups.wait(self.channel, seen=wakeups.seen_now(self.channel), timeout=poll)
 
 
 _EVERY_READ: tuple[Any, int, float] = (None, -1, 0.0)

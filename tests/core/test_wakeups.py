@@ -41,7 +41,7 @@ def _in_another_thread(work) -> threading.Thread:
 
 
 def _woken(channel: Channel, seen: int, within: float) -> bool:
-    return wakeups.wait([channel], seen=seen, timeout=within) != seen
+    return wakeups.wait(channel, seen=seen, timeout=within) != seen
 
 
 def _make_work(channel: Channel, *, hold: float = 0.0, fail: bool = False) -> None:
@@ -59,7 +59,7 @@ def _make_work(channel: Channel, *, hold: float = 0.0, fail: bool = False) -> No
 
 
 def test_a_commit_that_makes_work_wakes_the_waiting_loop_once_it_commits(listening):
-    seen = wakeups.seen_now([Channel.OUTBOX])
+    seen = wakeups.seen_now(Channel.OUTBOX)
     thread = _in_another_thread(lambda: _make_work(Channel.OUTBOX, hold=0.5))
     try:
         # Still open: nothing to see yet.
@@ -71,11 +71,11 @@ def test_a_commit_that_makes_work_wakes_the_waiting_loop_once_it_commits(listeni
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite's wake is any commit's, not a channel's")
 def test_on_postgresql_a_rolled_back_transaction_or_another_channel_wakes_nobody(listening):
-    seen = wakeups.seen_now([Channel.OUTBOX])
+    seen = wakeups.seen_now(Channel.OUTBOX)
     _in_another_thread(lambda: _make_work(Channel.OUTBOX, fail=True)).join(10)
     _in_another_thread(lambda: _make_work(Channel.TIMER)).join(10)
     assert not _woken(Channel.OUTBOX, seen, within=0.5)
-    assert wakeups.seen_now([Channel.TIMER]) > 0
+    assert wakeups.seen_now(Channel.TIMER) > 0
 
 
 def test_a_watch_with_a_channel_skips_its_read_and_sleeps_until_the_channel_wakes(listening):
@@ -108,20 +108,20 @@ def test_a_read_that_says_when_work_falls_due_is_made_then_without_a_wake(listen
 
 
 def test_a_wake_in_this_process_alone_needs_no_commit(listening):
-    seen = wakeups.seen_now([Channel.BACKLOG])
+    seen = wakeups.seen_now(Channel.BACKLOG)
     threading.Timer(0.1, wakeups.wake_here, [Channel.BACKLOG]).start()
     assert _woken(Channel.BACKLOG, seen, within=5)
 
 
 def test_a_wake_of_every_process_without_a_commit_reaches_the_listener(listening):
     """Due calls a timer left to the backlog: no commit says so (on SQLite, the wake file)."""
-    seen = wakeups.seen_now([Channel.BACKLOG])
+    seen = wakeups.seen_now(Channel.BACKLOG)
     wakeups.wake_everywhere(Channel.BACKLOG)  # this process's loops at once ...
-    assert wakeups.seen_now([Channel.BACKLOG]) == seen + 1
+    assert wakeups.seen_now(Channel.BACKLOG) >= seen + 1
     deadline = time.monotonic() + 5  # ... and, through the listener, every process's
-    while wakeups.seen_now([Channel.BACKLOG]) < seen + 2 and time.monotonic() < deadline:
+    while wakeups.seen_now(Channel.BACKLOG) < seen + 2 and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert wakeups.seen_now([Channel.BACKLOG]) >= seen + 2
+    assert wakeups.seen_now(Channel.BACKLOG) >= seen + 2
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the listener's own connection: PostgreSQL's")
@@ -143,6 +143,25 @@ def test_a_lost_listener_connection_means_every_read_is_made_until_it_listens_ag
     while not wakeups.listening and time.monotonic() < deadline:
         time.sleep(0.05)
     assert wakeups.listening
-    seen = wakeups.seen_now([Channel.FLOW])
+    seen = wakeups.seen_now(Channel.FLOW)
     _in_another_thread(lambda: _make_work(Channel.FLOW)).join(10)
     assert _woken(Channel.FLOW, seen, within=5)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="notices: PostgreSQL's")
+def test_after_a_rolled_back_transaction_the_next_ones_notices_are_still_sent(listening):
+    """A transaction's notices go with its commit: one rolled back drops its own, not the next
+    transaction's on the same connection."""
+    _make_work(Channel.OUTBOX, fail=True)
+    seen = wakeups.seen_now(Channel.OUTBOX)
+    _make_work(Channel.OUTBOX)
+    assert _woken(Channel.OUTBOX, seen, within=5)
+    # A savepoint rolled back after the transaction's first notice keeps that notice (a wake
+    # too many costs a loop one read; one too few, a wait).
+    with transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            notify(Channel.DELIVERY)
+            raise RuntimeError("the savepoint rolls back")
+        notify(Channel.OUTBOX)
+        seen = wakeups.seen_now(Channel.OUTBOX)
+    assert _woken(Channel.OUTBOX, seen, within=5)

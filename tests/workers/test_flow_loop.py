@@ -48,8 +48,8 @@ def test_without_held_calls_a_round_only_polls(world):
 def test_a_finish_wakes_the_loop_only_for_a_limited_tenant(world):
     make_flow_control("acme", parallelism=1)
     loop = _loop([])
-    seen = wakeups.seen_now([Channel.FLOW])
+    seen = wakeups.seen_now(Channel.FLOW)
     loop.finished(["globex"])
-    assert wakeups.seen_now([Channel.FLOW]) == seen
+    assert wakeups.seen_now(Channel.FLOW) == seen
     loop.finished(["globex", "acme"])
-    assert wakeups.seen_now([Channel.FLOW]) == seen + 1
+    assert wakeups.seen_now(Channel.FLOW) == seen + 1

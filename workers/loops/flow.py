@@ -105,7 +105,7 @@ class FlowRounds:
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            seen = wakeups.seen_now((Channel.FLOW,))
+            seen = wakeups.seen_now(Channel.FLOW)
             try:
                 pause = self.step()
             except Exception as exc:
@@ -115,7 +115,7 @@ class FlowRounds:
                 close_old_connections()
                 pause = ERROR_PAUSE_SECONDS
             if pause > 0:
-                wakeups.wait((Channel.FLOW,), seen=seen, timeout=pause)
+                wakeups.wait(Channel.FLOW, seen=seen, timeout=pause)
 
 
 class FlowLoop(Loop):
