@@ -72,8 +72,9 @@ def start_workers(
     return child
 
 
-def idle_figures(workers: Child, *, seconds: float, settle: float = 2.0) -> dict[str, float]:
-    """What one cluster costs with nothing to do, over `seconds` once it settled: the CPU of its
+def idle_figures(workers: Child, *, seconds: float, settle: float = 5.0) -> dict[str, float]:
+    """What one cluster costs with nothing to do, over `seconds` once it settled (its retention
+    loop's first run, 2 s after it starts, is over): the CPU of its
     processes as a percentage of one core, and on PostgreSQL the transactions a second its
     database counts (every statement outside a transaction is one) and the connections open to
     it (docs/architecture.md, "Wake, don't poll")."""
@@ -99,9 +100,7 @@ def _transactions() -> int:
     with connection.cursor() as cursor:
         # The statistics of this transaction's snapshot: a fresh one each time.
         cursor.execute("SELECT pg_stat_clear_snapshot()")
-        cursor.execute(
-            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
-        )
+        cursor.execute("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()")
         return cursor.fetchone()[0]
 
 

@@ -70,6 +70,12 @@ class ScratchPostgres:
         self.created = True
         log(f"postgres: scratch database {self.name} on {without_password(self.server_url)}")
 
+    def vacuum_analyze(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, connect_timeout=3, autocommit=True) as conn:
+            conn.execute("VACUUM ANALYZE")
+
     def drop(self) -> None:
         """Drop the database (idempotent); connections left open to it are ended (WITH FORCE)."""
         if not self.created:

@@ -196,6 +196,10 @@ class Run:
         import django
 
         django.setup()
+        if self.postgres is not None:
+            # The new tables analysed now, not by autovacuum during the idle figures, whose
+            # transactions the database would count as the cluster's.
+            self.postgres.vacuum_analyze()
         target = self.children.start(
             "target", [PYTHON, str(ROOT / "bench" / "target.py")], env=self.env, stdout_pipe=True
         )
