@@ -42,11 +42,16 @@ POOL_SIZE_MAX = 1000
 POOL_MAX_IDLE_SECONDS = 60
 
 
-def database_settings(data_dir: Path) -> dict[str, Any]:
+def database_pooler() -> str:
+    """DATABASE_POOLER: what stands between the agent and PostgreSQL (`none`, or `pgbouncer`
+    in transaction mode)."""
+    return env_choice("DATABASE_POOLER", "none", POOLERS)
+
+
+def database_settings(data_dir: Path, *, pooler: str) -> dict[str, Any]:
     """settings.DATABASES for DATABASE_URL (SQLite in `data_dir` by default)."""
     url = env_str("DATABASE_URL", "") or f"sqlite:///{data_dir / 'event_service.db'}"
     # Read whatever the database, so that a typo fails on SQLite too.
-    pooler = env_choice("DATABASE_POOLER", "none", POOLERS)
     pool_size = env_int("DB_POOL_SIZE", DB_POOL_SIZE_DEFAULT, minimum=1, maximum=POOL_SIZE_MAX)
     pool_timeout = env_int("DB_POOL_TIMEOUT_SECONDS", DB_POOL_TIMEOUT_DEFAULT, minimum=1, maximum=300)
     try:

@@ -20,7 +20,7 @@ from core.env import (
     env_pair,
     env_str,
 )
-from eventservice.database import database_settings, worker_pool_size
+from eventservice.database import database_pooler, database_settings, worker_pool_size
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
@@ -167,7 +167,8 @@ TEMPLATES = [
 # --- Database (docs/deploy.md, "Connections") ----------------------------------------------
 # The URL, SQLite's options, and on PostgreSQL each process's connection pool and the pooler in
 # front (DATABASE_POOLER, DB_POOL_SIZE, DB_POOL_TIMEOUT_SECONDS): eventservice/database.py.
-DATABASES = database_settings(DATA_DIR)
+DATABASE_POOLER = database_pooler()
+DATABASES = database_settings(DATA_DIR, pooler=DATABASE_POOLER)
 if DATABASES["default"]["ENGINE"] == "eventservice.sqlite":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_event_service.db")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

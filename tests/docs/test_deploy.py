@@ -111,7 +111,11 @@ def clean_environ() -> dict[str, str]:
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("DJANGO_", "PYTEST", "SECURE_", "SESSION_", "CSRF_"))
-        and key not in ("DATABASE_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DATA_DIR", "EGRESS_ALLOWLIST")
+        and key
+        not in (
+            *("DATABASE_URL", "DATABASE_POOLER", "DATABASE_DIRECT_URL"),
+            *("SECRET_KEY", "SECRET_KEY_FILE", "DATA_DIR", "EGRESS_ALLOWLIST"),
+        )
     }
 
 
@@ -454,6 +458,13 @@ def _postgres_url(settings_dict: dict, name: str) -> str:
     return f"postgres://{user}{password}@{host}:{port}/{name}"
 
 
+def _direct_url(settings_dict: dict, name: str) -> str | None:
+    """`name` on PostgreSQL itself when the tests run behind PgBouncer (DATABASE_DIRECT_URL, as
+    scripts/test's pass through it sets it); None when they reach PostgreSQL directly."""
+    direct = os.environ.get("DATABASE_DIRECT_URL", "")
+    return direct.rsplit("/", 1)[0] + f"/{name}" if direct else None
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
@@ -466,7 +477,6 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
             pytest.skip(f"{program} is not installed (apt-get install postgresql-client)")
     make_tenant("acme")
     make_call("acme", name="dumped", due_in=HOUR)
-    source = _postgres_url(connection.settings_dict, connection.settings_dict["NAME"])
     scratch = f"restore_{secrets.token_hex(4)}"
     with connection.cursor() as cursor:
         cursor.execute(f'CREATE DATABASE "{scratch}"')
@@ -475,11 +485,15 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
         lines = {
             line.split()[0]: line for body in doc_blocks("bash") for line in body.splitlines() if line.startswith("pg_")
         }
-        for program, url in (("pg_dump", source), ("pg_restore", _postgres_url(connection.settings_dict, scratch))):
+        for program, name in (("pg_dump", connection.settings_dict["NAME"]), ("pg_restore", scratch)):
             command = lines[program].replace("/var/backups/service-agent", str(tmp_path))
+            # The agent's environment; behind PgBouncer, with the direct URL the commands take.
+            env = {**clean_environ(), "DATABASE_URL": _postgres_url(connection.settings_dict, name)}
+            if direct := _direct_url(connection.settings_dict, name):
+                env["DATABASE_DIRECT_URL"] = direct
             result = subprocess.run(
                 ["bash", "-c", command],
-                env={**clean_environ(), "DATABASE_URL": url},
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -497,7 +511,8 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
         assert check.stdout.split() == ["dumped"]
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{scratch}"')
+            # FORCE: behind PgBouncer, its idle server connections to the copy are still there.
+            cursor.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
 
 @pytest.mark.postgres
