@@ -8,8 +8,8 @@ trust authentication and its files in a directory of its own.
 
 `start` prints the port it listens on once it accepts connections (a free one unless given);
 .ci/run starts one for scripts/test's PostgreSQL pass. Run as root, PgBouncer (which refuses
-root) runs as the PostgreSQL system user. Only the standard library: it runs before the
-virtualenv exists.
+root) runs as the PostgreSQL system user, which must reach DIR (a directory of its own under
+/tmp does). Only the standard library: it runs before the virtualenv exists.
 """
 
 from __future__ import annotations

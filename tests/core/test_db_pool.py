@@ -59,13 +59,15 @@ def test_a_forked_process_never_uses_its_parents_connections(tmp_path):
     out = _shell(
         tmp_path,
         """
-        import os
+        import os, socket
         from django.db import connection
 
         def backend():
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                return cursor.fetchone()[0]
+            # The connection's own socket (its local port): behind PgBouncer, two connections
+            # can be served by one server process.
+            connection.ensure_connection()
+            with socket.socket(fileno=os.dup(connection.connection.fileno())) as sock:
+                return sock.getsockname()[1]
 
         parent = backend()
         connection.close()  # back in the pool, open and idle: what a fork would inherit

@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -660,3 +661,100 @@ def test_every_command_of_the_guide_runs_somewhere():
     commands += [line[2:] for body in doc_blocks("console") for line in body.splitlines() if line.startswith("$ ")]
     unknown = [line for line in commands if not line.startswith(run_here + by_hand)]
     assert not unknown, f"docs/deploy.md: commands no list knows: {unknown}"
+
+
+# --- Connections: PgBouncer -----------------------------------------------------------------------
+
+PGBOUNCER_INI = DEPLOY / "pgbouncer.ini"
+PGBOUNCER_SCRIPT = ROOT / "scripts" / "pgbouncer.py"
+PGBOUNCER = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
+
+
+def _pgbouncer_ini() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None, comment_prefixes=(";",), strict=True)
+    parser.read_string(PGBOUNCER_INI.read_text())
+    return parser
+
+
+def _documented_pgbouncer_env() -> dict[str, str]:
+    """The environment lines the guide gives for the agent behind PgBouncer."""
+    [block] = [body for lang, body in FENCE.findall(DOC.read_text()) if not lang and "DATABASE_POOLER=" in body]
+    return dict(line.split("=", 1) for line in block.splitlines())
+
+
+def test_the_shipped_pgbouncer_pools_by_transaction_where_the_guide_points_the_agent():
+    from urllib.parse import urlsplit
+
+    ini = _pgbouncer_ini()
+    assert ini["pgbouncer"]["pool_mode"] == "transaction"
+    assert ini["pgbouncer"]["server_reset_query"] == ""  # no session state to reset
+    env = _documented_pgbouncer_env()
+    assert set(env) == {"DATABASE_URL", "DATABASE_POOLER", "DATABASE_DIRECT_URL"}
+    assert env["DATABASE_POOLER"] == "pgbouncer"
+    bouncer, direct = urlsplit(env["DATABASE_URL"]), urlsplit(env["DATABASE_DIRECT_URL"])
+    # The agent reaches the file's PgBouncer, on the database host, for its database...
+    assert bouncer.port == int(ini["pgbouncer"]["listen_port"]) == 6432
+    assert bouncer.path.lstrip("/") in ini["databases"]
+    assert f"dbname={bouncer.path.lstrip('/')}" in ini["databases"][bouncer.path.lstrip("/")]
+    # ... and its direct URL the server itself, on the same host.
+    assert (direct.hostname, direct.port, direct.path) == (bouncer.hostname, 5432, bouncer.path)
+    # The file's own header says the same.
+    for name, value in env.items():
+        assert f";;   {name}={value}" in PGBOUNCER_INI.read_text()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer is not installed (apt-get install pgbouncer)")
+def test_the_agent_runs_behind_the_shipped_pgbouncer_as_documented(tmp_path):
+    from django.db import connection
+
+    from tests.support.factories import make_tenant
+    from tests.workers.cluster import direct_database_url
+
+    make_tenant("acme")
+    direct = direct_database_url()
+    server = direct.rsplit("/", 1)[0].rsplit("@", 1)[1]
+    # Under /tmp itself: run as root, PgBouncer runs as postgres, which must reach its files.
+    bouncer_dir = Path(tempfile.mkdtemp(prefix="pgbouncer-test-"))
+    started = subprocess.run(
+        [sys.executable, str(PGBOUNCER_SCRIPT), "start", str(bouncer_dir), "--upstream", server],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    port = int(started.stdout)
+    try:
+        name = connection.settings_dict["NAME"]
+        documented = _documented_pgbouncer_env()
+        env = agent_env(
+            tmp_path,
+            DATABASE_URL=f"{direct.rsplit('@', 1)[0]}@127.0.0.1:{port}/{name}",
+            DATABASE_POOLER=documented["DATABASE_POOLER"],
+            DATABASE_DIRECT_URL=direct,
+        )
+        made = manage(
+            env,
+            "submit_call",
+            "--tenant",
+            "acme",
+            "--name",
+            "through pgbouncer",
+            "--method",
+            "GET",
+            "--url",
+            "https://example.com/report",
+            "--in",
+            "1h",
+        )
+        assert made.returncode == 0, made.stderr
+        listed = manage(env, "list_calls", "--tenant", "acme", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert re.findall(r'"name": "([^"]+)"', listed.stdout) == ["through pgbouncer"]
+        # Both went through this PgBouncer, to the test database.
+        assert f"login attempt: db={name}" in (bouncer_dir / "pgbouncer.log").read_text()
+    finally:
+        subprocess.run([sys.executable, str(PGBOUNCER_SCRIPT), "stop", str(bouncer_dir)], timeout=30, check=False)
+        shutil.rmtree(bouncer_dir, ignore_errors=True)
