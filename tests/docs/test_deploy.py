@@ -758,3 +758,40 @@ def test_the_agent_runs_behind_the_shipped_pgbouncer_as_documented(tmp_path):
     finally:
         subprocess.run([sys.executable, str(PGBOUNCER_SCRIPT), "stop", str(bouncer_dir)], timeout=30, check=False)
         shutil.rmtree(bouncer_dir, ignore_errors=True)
+
+
+def _connections_section() -> str:
+    text = DOC.read_text()
+    start = text.index("### Connections")
+    return text[start : text.index("\n## ", start)]
+
+
+def test_the_guides_connection_counts_are_the_shipped_settings():
+    from eventservice.database import DB_POOL_SIZE_DEFAULT, ENGINE_DB_CONNECTIONS
+
+    section = _connections_section()
+    unit = _unit(DEPLOY / "systemd" / "service-agent-web.service")["Service"]["ExecStart"]
+    workers = int(re.search(r"--workers (\d+)", unit).group(1))
+    q_workers = int(env_values(DEPLOY / "service-agent.env")["Q_WORKERS"])
+    web = workers * DB_POOL_SIZE_DEFAULT
+    cluster = q_workers * ENGINE_DB_CONNECTIONS + 3  # and the sentinel, the pusher, the monitor
+    assert f"one web host holds {workers} × {DB_POOL_SIZE_DEFAULT} = {web}" in section
+    assert f"each\ncluster {q_workers} × {ENGINE_DB_CONNECTIONS} + 3 = {cluster}" in section
+    assert f"({web} + {2 * cluster} = {web + 2 * cluster})" in section
+    assert f"a third cluster ({web + 3 * cluster}) does not" in section
+    assert 100 - 3 - 10 == 87 and web + 2 * cluster <= 87 < web + 3 * cluster
+    assert f"| `DB_POOL_SIZE` ({DB_POOL_SIZE_DEFAULT}) |" in section
+    assert f"| `WORKER_DB_POOL_SIZE` ({ENGINE_DB_CONNECTIONS}) |" in section
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_guides_show_statements_give_the_servers_numbers():
+    from django.db import connection
+
+    shown = re.findall(r"`(SHOW \w+;)`", _connections_section())
+    assert shown == ["SHOW max_connections;", "SHOW superuser_reserved_connections;"]
+    with connection.cursor() as cursor:
+        for statement in shown:
+            cursor.execute(statement.rstrip(";"))
+            assert int(cursor.fetchone()[0]) >= 0
