@@ -1,9 +1,10 @@
-"""Correlation ids (echo a valid incoming X-Correlation-Id or mint one; bind it to logs) and
-the Content-Security-Policy header."""
+"""Correlation ids (echo a valid incoming X-Correlation-Id or mint one; bind it to logs), the
+503 of a request that found no database connection free, and the Content-Security-Policy header."""
 
 from __future__ import annotations
 
 import http.client
+import logging
 import re
 from dataclasses import asdict
 from typing import Any
@@ -16,11 +17,17 @@ from csp.utils import build_policy
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.http import HttpResponse
 
+from core.db import is_pool_timeout
 from core.ids import new_id
 from core.logging import log_context
 
+logger = logging.getLogger("eventservice.request")
+
 HEADER = "X-Correlation-Id"
+# Seconds a client is asked to wait when no database connection came free in time.
+DATABASE_BUSY_RETRY_AFTER = 1
 _VALID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
 
 
@@ -39,6 +46,30 @@ class CorrelationIdMiddleware:
         with log_context(correlationId=correlation_id):
             response = self.get_response(request)
         response[HEADER] = correlation_id
+        return response
+
+
+class DatabaseBusyMiddleware:
+    """A page whose request found no database connection free within DB_POOL_TIMEOUT_SECONDS
+    answers 503 with `Retry-After`, not 500: the pool was busy, nothing is broken (the API's own
+    answer: eventservice/api/errors.py; docs/deploy.md, "Connections")."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not is_pool_timeout(exception):
+            return None
+        logger.warning("no database connection came free in time: answered 503", extra={"path": request.path})
+        response = HttpResponse(
+            "The server has no database connection free just now; try again in a moment.\n",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = str(DATABASE_BUSY_RETRY_AFTER)
         return response
 
 

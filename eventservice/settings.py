@@ -6,7 +6,6 @@ import re
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
 from csp.constants import NONCE, NONE, SELF
 
 from core.env import (
@@ -21,6 +20,7 @@ from core.env import (
     env_pair,
     env_str,
 )
+from eventservice.database import database_pooler, database_settings, worker_pool_size
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / "data")))
@@ -112,6 +112,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "eventservice.middleware.CorrelationIdMiddleware",
+    # A page that found no database connection free in time: 503 (docs/deploy.md, "Connections").
+    "eventservice.middleware.DatabaseBusyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "eventservice.middleware.ContentSecurityPolicyMiddleware",  # django-csp, admin exception
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -162,40 +164,16 @@ TEMPLATES = [
     },
 ]
 
-# --- Database -------------------------------------------------------------------------------
-DATABASE_URL = env_str("DATABASE_URL", "") or f"sqlite:///{DATA_DIR / 'event_service.db'}"
-try:
-    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=600)}
-except ValueError:
-    # Not the value itself in the message: it may hold a password.
-    raise SettingsError(
-        "DATABASE_URL is not a database URL (sqlite:///path/to/file.db or postgres://user:pw@host:5432/db)"
-    ) from None
+# --- Database (docs/deploy.md, "Connections") ----------------------------------------------
+# The URL, SQLite's options, and on PostgreSQL each process's connection pool and the pooler in
+# front (DATABASE_POOLER, DB_POOL_SIZE, DB_POOL_TIMEOUT_SECONDS): eventservice/database.py.
+DATABASE_POOLER = database_pooler()
+DATABASES = database_settings(DATA_DIR, pooler=DATABASE_POOLER)
 # A direct connection to PostgreSQL for the wake-ups' LISTEN (core/db/wakeups.py), where
 # DATABASE_URL goes through a pooler in transaction mode (docs/deploy.md, "Connections"); its
 # database is DATABASE_URL's.
 DATABASE_DIRECT_URL = env_str("DATABASE_DIRECT_URL", "")
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    try:
-        Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise SettingsError(
-            f"cannot create {Path(DATABASES['default']['NAME']).parent} for the SQLite database "
-            f"(DATA_DIR or DATABASE_URL): {exc.strerror}"
-        ) from None
-    # WAL lets readers run beside the single writer; IMMEDIATE makes every atomic block take
-    # the write lock up front, so two writers queue on busy_timeout instead of deadlocking
-    # on a read-to-write upgrade ("database is locked").
-    DATABASES["default"]["CONN_MAX_AGE"] = 0 if env_bool("SQLITE_CLOSE_CONNECTIONS", False) else None
-    # Django's backend, waiting for the write lock in fine steps (eventservice/sqlite/base.py).
-    DATABASES["default"]["ENGINE"] = "eventservice.sqlite"
-    DATABASES["default"]["OPTIONS"] = {
-        "transaction_mode": "IMMEDIATE",
-        "timeout": 30,
-        "init_command": (
-            "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=30000;"
-        ),
-    }
+if DATABASES["default"]["ENGINE"] == "eventservice.sqlite":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_event_service.db")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -390,6 +368,9 @@ RETENTION_DAYS = env_int("RETENTION_DAYS", 7, minimum=1)
 # Published outbox events older than this are deleted by the retention loop; 0 keeps them.
 OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 30, minimum=0)
 ENGINE_ENABLED = env_bool("ENGINE_ENABLED", True)
+# The connection pool of each qcluster worker process on PostgreSQL (the other processes':
+# DB_POOL_SIZE): one for each engine thread that uses the database (eventservice/database.py).
+WORKER_DB_POOL_SIZE = worker_pool_size(engine_enabled=ENGINE_ENABLED)
 
 Q_BROKER = env_str("Q_BROKER", "orm")  # "orm" or a redis:// URL
 Q_CLUSTER = {

@@ -29,6 +29,10 @@ ENGINE_ENABLED = False
 WATCHDOG_GRACE_MS = 2000
 if DATABASES["default"]["ENGINE"] in ("django.db.backends.sqlite3", "eventservice.sqlite"):
     DATABASES["default"]["TEST"] = {"NAME": str(Path(os.environ["DATA_DIR"]) / "test.db")}
+else:
+    # The test process's pool (not the environment's: the servers and clusters tests start keep
+    # the defaults): an in-process engine's threads, the test's own and its helper threads.
+    DATABASES["default"]["OPTIONS"]["pool"]["max_size"] = 40
 
 # Serve static files straight from the app folders (no collectstatic before tests).
 WHITENOISE_USE_FINDERS = True

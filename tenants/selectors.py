@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import QuerySet
 
 from tenants.ceilings import BOUNDS, Ceilings, ceilings_resolve
@@ -92,6 +93,9 @@ class _StoredCeilings:
     def rows(self) -> dict[str, dict[str, Any]]:
         if time.monotonic() - self._read_at < CEILINGS_CACHE_SECONDS:
             return self._rows
+        # The connection before the lock: the lock's holder never waits for the pool, whose
+        # connections the threads waiting for the lock may hold (core/db/pool.py).
+        connection.ensure_connection()
         with self._lock:
             if time.monotonic() - self._read_at >= CEILINGS_CACHE_SECONDS:
                 columns = [bound.column for bound in BOUNDS]

@@ -42,6 +42,49 @@ def world(db) -> World:
     return World(acme, globex, owner, member, outsider, staff, acme_key, globex_key)
 
 
+def _end_server_sessions_behind_pgbouncer(names: list[str]) -> None:
+    """Behind PgBouncer, end its server connections to these databases: it keeps them idle, and
+    PostgreSQL refuses to drop (or make again) a database someone is connected to."""
+    from django.conf import settings
+    from django.db import connection
+
+    if settings.DATABASE_POOLER != "pgbouncer":
+        return
+    with connection._nodb_cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ANY(%s) AND pid <> pg_backend_pid()",
+            [names],
+        )
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix, django_db_blocker):
+    """The test databases' names (pytest-django's, one per xdist worker); behind PgBouncer, a
+    database of that name left by an earlier run can be made again (docs/deploy.md,
+    "Connections")."""
+    from django.db import connections
+
+    with django_db_blocker.unblock():
+        _end_server_sessions_behind_pgbouncer([wrapper.creation._get_test_db_name() for wrapper in connections.all()])
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases; behind PgBouncer, ended before they are dropped."""
+    yield
+    from django.conf import settings
+    from django.db import connections
+
+    if settings.DATABASE_POOLER != "pgbouncer":
+        return
+    with django_db_blocker.unblock():
+        names = [wrapper.settings_dict["NAME"] for wrapper in connections.all()]
+        for wrapper in connections.all():
+            wrapper.close()
+            wrapper.close_pool()
+        _end_server_sessions_behind_pgbouncer(names)
+
+
 @pytest.fixture(autouse=True)
 def _ceilings_read_afresh():
     """Each test reads the operator's ceilings as its own database holds them, not as the

@@ -37,7 +37,9 @@ from operator import attrgetter
 from django.conf import settings
 from django.db import close_old_connections, connection
 
+from core.db import pool_options
 from core.db.wakeups import Channel, wakeups
+from core.env import SettingsError
 from core.fairness import round_robin
 from delivery.runner import Deliverer
 from execution.outcomes import ErrorKind, Outcome
@@ -112,6 +114,23 @@ class Engine:
         # Every registered loop, by name; those of this process's roles run (self.running).
         self.loops: dict[str, Loop] = {loop.name: loop(self) for loop in registered()}
         self.running: list[Loop] = []
+        self._check_pool()
+
+    def db_connections(self) -> int:
+        """Connections this process holds at most with every role: one for each loop's thread,
+        the upkeep's, the session heartbeat's (workers/keeper.py) and django-q2's task thread.
+        The attempts' and the deliveries' threads use none (docs/deploy.md, "Connections")."""
+        return len(self.loops) + 3
+
+    def _check_pool(self) -> None:
+        """A pool smaller than that would leave a loop waiting for a connection, then failing."""
+        options = pool_options()
+        if options is not None and options["max_size"] < self.db_connections():
+            raise SettingsError(
+                f"the database pool holds {options['max_size']} connections, and this worker's engine needs "
+                f"{self.db_connections()} (one per thread that uses the database, {len(self.loops)} loops "
+                "among them): raise WORKER_DB_POOL_SIZE (docs/deploy.md, 'Connections')"
+            )
 
     # -- lifecycle ----------------------------------------------------------------------------
     @property

@@ -33,6 +33,8 @@ from django.conf import settings
 from django.dispatch import receiver
 from django_q.signals import post_spawn
 
+from core.db import pool_resize
+
 logger = logging.getLogger("serviceagent.engine")
 
 keeper = None
@@ -122,6 +124,10 @@ def on_worker_spawn(sender, proc_name: str, **kwargs) -> None:
     from workers.keeper import SessionKeeper
 
     global keeper, engine
+    # On PostgreSQL, this process's pool holds a connection for each of its threads that use the
+    # database (WORKER_DB_POOL_SIZE); the cluster's other processes keep DB_POOL_SIZE's
+    # (docs/deploy.md, "Connections").
+    pool_resize(settings.WORKER_DB_POOL_SIZE)
     keeper = SessionKeeper()
     # multiprocessing children skip atexit; its finalizers run when a worker exits cleanly.
     multiprocessing.util.Finalize(None, _shutdown, exitpriority=100)

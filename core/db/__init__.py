@@ -7,7 +7,9 @@
 - watch: a loop's idle poll skipped while nothing was committed (ChangeWatch), and its sleep;
 - wakeups: the channels that wake the loops (notify, wakeups);
 - values: a field's value prepared as the ORM prepares it, cheaper (saver);
-- bulk: batched UPDATEs and INSERTs (update_many, insert_prepare, insert_new, insert_many).
+- bulk: batched UPDATEs and INSERTs (update_many, insert_prepare, insert_new, insert_many);
+- pool: each process's connection pool on PostgreSQL (pool_install, pool_options,
+  pool_release, pool_resize, is_pool_timeout).
 
 Import from `core.db`: the names below are its public ones.
 """
@@ -22,6 +24,7 @@ from core.db.bulk import (
     rows_per_insert,
     update_many,
 )
+from core.db.pool import is_pool_timeout, pool_install, pool_options, pool_release, pool_resize
 from core.db.statements import (
     db_datetime,
     db_param,
@@ -56,7 +59,12 @@ __all__ = [
     "insert_new",
     "insert_prepare",
     "insert_rows_prepare",
+    "is_pool_timeout",
     "one_transaction",
+    "pool_install",
+    "pool_options",
+    "pool_release",
+    "pool_resize",
     "rows_by_key",
     "rows_per_insert",
     "saver",

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 from django.db import OperationalError, connection, transaction
 from django.db.transaction import TransactionManagementError
 
+from core.db.pool import pool_release
+
 
 def take_turn(name: str) -> None:
     """Inside a transaction: wait until no other transaction, in any process, holds the turn
@@ -120,6 +122,9 @@ class _GroupCommit:
             lead = not self._leading
             self._leading = True
         if not lead:
+            # The leader may need a connection (its on-commit hooks): a follower waits holding
+            # none of its process's pool (core/db/pool.py).
+            pool_release()
             try:
                 write.done.wait()
             except BaseException:

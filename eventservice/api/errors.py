@@ -19,7 +19,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView, set_rollback
 
+from core.db import is_pool_timeout
 from core.errors import ApplicationError, NotFound
+from eventservice.middleware import DATABASE_BUSY_RETRY_AFTER
 
 logger = logging.getLogger("eventservice.api")
 
@@ -159,6 +161,19 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             request=request,
             errors=errors,
             headers=headers,
+        )
+
+    if is_pool_timeout(exc):
+        # Every connection of this process's pool stayed busy for DB_POOL_TIMEOUT_SECONDS: a
+        # burst, not a bug (docs/deploy.md, "Connections").
+        logger.warning("no database connection came free in time: answered 503", extra={"path": request.path})
+        return problem_response(
+            slug="database-busy",
+            title="Service unavailable",
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            detail="The server has no database connection free just now; try again in a moment.",
+            request=request,
+            headers={"Retry-After": str(DATABASE_BUSY_RETRY_AFTER)},
         )
 
     # Anything else is our bug: log it with the request's context, reveal nothing.

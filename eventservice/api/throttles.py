@@ -23,6 +23,7 @@ import threading
 from typing import Any
 
 from django.core.cache import caches
+from django.db import connection
 from rest_framework.exceptions import Throttled
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
@@ -80,6 +81,10 @@ class CeilingThrottle(SimpleRateThrottle):
         self.rate = f"{self.num_requests}/{self.window}s"
         # DRF reads the times, then writes them back: one at a time in this process, so its
         # threads never write over each other's counts (other processes still may: see above).
+        # The connection before the lock (the counts are in the database unless CACHE_URL is
+        # Redis): the lock's holder never waits for the pool, whose connections the threads
+        # waiting for the lock may hold (core/db/pool.py).
+        connection.ensure_connection()
         with _COUNTING:
             return super().allow_request(request, view)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from core.errors import NotFound, ValidationFailed
 from core.ids import utcnow
@@ -41,6 +41,9 @@ class _LimitedTenants:
     def ids(self) -> frozenset[str]:
         if time.monotonic() - self._read_at < LIMITED_CACHE_SECONDS:
             return self._ids
+        # The connection before the lock: the lock's holder never waits for the pool, whose
+        # connections the threads waiting for the lock may hold (core/db/pool.py).
+        connection.ensure_connection()
         with self._lock:
             if time.monotonic() - self._read_at >= LIMITED_CACHE_SECONDS:
                 self._ids = frozenset(FlowControl.objects.values_list("tenant_id", flat=True))

@@ -60,6 +60,9 @@ SUBMITTERS = 6
 # (tests/controls/cancel_process.py), which cancels at its instant more precisely.
 EDGES = ("api", "service")
 SERVICE_CANCELS_TIMEOUT = 90
+# The cancel process's threads, each keeping its connection between its cancels: on PostgreSQL
+# its pool holds one for each (docs/deploy.md, "Connections"), as a worker process's does.
+SERVICE_THREADS = 16
 # Calls submitted to measure how fast submitting goes right now (see _probe).
 PROBE = 24
 
@@ -144,7 +147,7 @@ def cancel_process(env: dict[str, str]) -> Iterator[subprocess.Popen]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.controls.cancel_process"],
         cwd=ROOT,
-        env=env,
+        env={**env, "DB_POOL_SIZE": str(SERVICE_THREADS)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -162,7 +165,9 @@ def cancel_process(env: dict[str, str]) -> Iterator[subprocess.Popen]:
 
 def _service_cancels(proc: subprocess.Popen, plan: list[tuple[float, int, str]]) -> dict[str, Answer]:
     """Hand the plan to the cancel process; its answers, once every cancel was sent."""
-    proc.stdin.write(json.dumps({"threads": 16, "cancels": [[at, "acme", call_id] for at, _, call_id in plan]}))
+    proc.stdin.write(
+        json.dumps({"threads": SERVICE_THREADS, "cancels": [[at, "acme", call_id] for at, _, call_id in plan]})
+    )
     proc.stdin.write("\n")
     proc.stdin.flush()
     # Bounded: a process that hangs is killed, which ends the read below.

@@ -18,6 +18,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -111,7 +112,11 @@ def clean_environ() -> dict[str, str]:
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("DJANGO_", "PYTEST", "SECURE_", "SESSION_", "CSRF_"))
-        and key not in ("DATABASE_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DATA_DIR", "EGRESS_ALLOWLIST")
+        and key
+        not in (
+            *("DATABASE_URL", "DATABASE_POOLER", "DATABASE_DIRECT_URL"),
+            *("SECRET_KEY", "SECRET_KEY_FILE", "DATA_DIR", "EGRESS_ALLOWLIST"),
+        )
     }
 
 
@@ -454,6 +459,13 @@ def _postgres_url(settings_dict: dict, name: str) -> str:
     return f"postgres://{user}{password}@{host}:{port}/{name}"
 
 
+def _direct_url(settings_dict: dict, name: str) -> str | None:
+    """`name` on PostgreSQL itself when the tests run behind PgBouncer (DATABASE_DIRECT_URL, as
+    scripts/test's pass through it sets it); None when they reach PostgreSQL directly."""
+    direct = os.environ.get("DATABASE_DIRECT_URL", "")
+    return direct.rsplit("/", 1)[0] + f"/{name}" if direct else None
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
@@ -466,7 +478,6 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
             pytest.skip(f"{program} is not installed (apt-get install postgresql-client)")
     make_tenant("acme")
     make_call("acme", name="dumped", due_in=HOUR)
-    source = _postgres_url(connection.settings_dict, connection.settings_dict["NAME"])
     scratch = f"restore_{secrets.token_hex(4)}"
     with connection.cursor() as cursor:
         cursor.execute(f'CREATE DATABASE "{scratch}"')
@@ -475,11 +486,15 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
         lines = {
             line.split()[0]: line for body in doc_blocks("bash") for line in body.splitlines() if line.startswith("pg_")
         }
-        for program, url in (("pg_dump", source), ("pg_restore", _postgres_url(connection.settings_dict, scratch))):
+        for program, name in (("pg_dump", connection.settings_dict["NAME"]), ("pg_restore", scratch)):
             command = lines[program].replace("/var/backups/service-agent", str(tmp_path))
+            # The agent's environment; behind PgBouncer, with the direct URL the commands take.
+            env = {**clean_environ(), "DATABASE_URL": _postgres_url(connection.settings_dict, name)}
+            if direct := _direct_url(connection.settings_dict, name):
+                env["DATABASE_DIRECT_URL"] = direct
             result = subprocess.run(
                 ["bash", "-c", command],
-                env={**clean_environ(), "DATABASE_URL": url},
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=300,
@@ -497,7 +512,8 @@ def test_the_documented_pg_dump_and_pg_restore_round_trip(tmp_path):
         assert check.stdout.split() == ["dumped"]
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{scratch}"')
+            # FORCE: behind PgBouncer, its idle server connections to the copy are still there.
+            cursor.execute(f'DROP DATABASE IF EXISTS "{scratch}" WITH (FORCE)')
 
 
 @pytest.mark.postgres
@@ -645,3 +661,137 @@ def test_every_command_of_the_guide_runs_somewhere():
     commands += [line[2:] for body in doc_blocks("console") for line in body.splitlines() if line.startswith("$ ")]
     unknown = [line for line in commands if not line.startswith(run_here + by_hand)]
     assert not unknown, f"docs/deploy.md: commands no list knows: {unknown}"
+
+
+# --- Connections: PgBouncer -----------------------------------------------------------------------
+
+PGBOUNCER_INI = DEPLOY / "pgbouncer.ini"
+PGBOUNCER_SCRIPT = ROOT / "scripts" / "pgbouncer.py"
+PGBOUNCER = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None)
+
+
+def _pgbouncer_ini() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None, comment_prefixes=(";",), strict=True)
+    parser.read_string(PGBOUNCER_INI.read_text())
+    return parser
+
+
+def _documented_pgbouncer_env() -> dict[str, str]:
+    """The environment lines the guide gives for the agent behind PgBouncer."""
+    [block] = [body for lang, body in FENCE.findall(DOC.read_text()) if not lang and "DATABASE_POOLER=" in body]
+    return dict(line.split("=", 1) for line in block.splitlines())
+
+
+def test_the_shipped_pgbouncer_pools_by_transaction_where_the_guide_points_the_agent():
+    from urllib.parse import urlsplit
+
+    ini = _pgbouncer_ini()
+    assert ini["pgbouncer"]["pool_mode"] == "transaction"
+    assert ini["pgbouncer"]["server_reset_query"] == ""  # no session state to reset
+    env = _documented_pgbouncer_env()
+    assert set(env) == {"DATABASE_URL", "DATABASE_POOLER", "DATABASE_DIRECT_URL"}
+    assert env["DATABASE_POOLER"] == "pgbouncer"
+    bouncer, direct = urlsplit(env["DATABASE_URL"]), urlsplit(env["DATABASE_DIRECT_URL"])
+    # The agent reaches the file's PgBouncer, on the database host, for its database...
+    assert bouncer.port == int(ini["pgbouncer"]["listen_port"]) == 6432
+    assert bouncer.path.lstrip("/") in ini["databases"]
+    assert f"dbname={bouncer.path.lstrip('/')}" in ini["databases"][bouncer.path.lstrip("/")]
+    # ... and its direct URL the server itself, on the same host.
+    assert (direct.hostname, direct.port, direct.path) == (bouncer.hostname, 5432, bouncer.path)
+    # The file's own header says the same.
+    for name, value in env.items():
+        assert f";;   {name}={value}" in PGBOUNCER_INI.read_text()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer is not installed (apt-get install pgbouncer)")
+def test_the_agent_runs_behind_the_shipped_pgbouncer_as_documented(tmp_path):
+    from django.db import connection
+
+    from tests.support.factories import make_tenant
+    from tests.workers.cluster import direct_database_url
+
+    make_tenant("acme")
+    direct = direct_database_url()
+    server = direct.rsplit("/", 1)[0].rsplit("@", 1)[1]
+    # Under /tmp itself: run as root, PgBouncer runs as postgres, which must reach its files.
+    bouncer_dir = Path(tempfile.mkdtemp(prefix="pgbouncer-test-"))
+    started = subprocess.run(
+        [sys.executable, str(PGBOUNCER_SCRIPT), "start", str(bouncer_dir), "--upstream", server],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 0, started.stderr
+    port = int(started.stdout)
+    try:
+        name = connection.settings_dict["NAME"]
+        documented = _documented_pgbouncer_env()
+        env = agent_env(
+            tmp_path,
+            DATABASE_URL=f"{direct.rsplit('@', 1)[0]}@127.0.0.1:{port}/{name}",
+            DATABASE_POOLER=documented["DATABASE_POOLER"],
+            DATABASE_DIRECT_URL=direct,
+        )
+        made = manage(
+            env,
+            "submit_call",
+            "--tenant",
+            "acme",
+            "--name",
+            "through pgbouncer",
+            "--method",
+            "GET",
+            "--url",
+            "https://example.com/report",
+            "--in",
+            "1h",
+        )
+        assert made.returncode == 0, made.stderr
+        listed = manage(env, "list_calls", "--tenant", "acme", "--json")
+        assert listed.returncode == 0, listed.stderr
+        assert re.findall(r'"name": "([^"]+)"', listed.stdout) == ["through pgbouncer"]
+        # Both went through this PgBouncer, to the test database.
+        assert f"login attempt: db={name}" in (bouncer_dir / "pgbouncer.log").read_text()
+    finally:
+        subprocess.run([sys.executable, str(PGBOUNCER_SCRIPT), "stop", str(bouncer_dir)], timeout=30, check=False)
+        shutil.rmtree(bouncer_dir, ignore_errors=True)
+
+
+def _connections_section() -> str:
+    text = DOC.read_text()
+    start = text.index("### Connections")
+    return text[start : text.index("\n## ", start)]
+
+
+def test_the_guides_connection_counts_are_the_shipped_settings():
+    from eventservice.database import DB_POOL_SIZE_DEFAULT, ENGINE_DB_CONNECTIONS
+
+    section = _connections_section()
+    unit = _unit(DEPLOY / "systemd" / "service-agent-web.service")["Service"]["ExecStart"]
+    workers = int(re.search(r"--workers (\d+)", unit).group(1))
+    q_workers = int(env_values(DEPLOY / "service-agent.env")["Q_WORKERS"])
+    web = workers * DB_POOL_SIZE_DEFAULT
+    cluster = q_workers * ENGINE_DB_CONNECTIONS + 3  # and the sentinel, the pusher, the monitor
+    assert f"one web host holds {workers} × {DB_POOL_SIZE_DEFAULT} = {web}" in section
+    assert f"each\ncluster {q_workers} × {ENGINE_DB_CONNECTIONS} + 3 = {cluster}" in section
+    assert f"({web} + {2 * cluster} = {web + 2 * cluster})" in section
+    assert f"a third cluster ({web + 3 * cluster}) does not" in section
+    assert 100 - 3 - 10 == 87 and web + 2 * cluster <= 87 < web + 3 * cluster
+    assert f"| `DB_POOL_SIZE` ({DB_POOL_SIZE_DEFAULT}) |" in section
+    assert f"| `WORKER_DB_POOL_SIZE` ({ENGINE_DB_CONNECTIONS}) |" in section
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_guides_show_statements_give_the_servers_numbers():
+    from django.db import connection
+
+    shown = re.findall(r"`(SHOW \w+;)`", _connections_section())
+    assert shown == ["SHOW max_connections;", "SHOW superuser_reserved_connections;"]
+    with connection.cursor() as cursor:
+        for statement in shown:
+            cursor.execute(statement.rstrip(";"))
+            assert int(cursor.fetchone()[0]) >= 0

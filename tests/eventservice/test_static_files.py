@@ -4,17 +4,12 @@ commands"): a real `manage.py runserver`, then gunicorn, on a free 127.0.0.1 por
 from __future__ import annotations
 
 import re
-import signal
-import subprocess
-import sys
-import time
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.support.agent_process import ROOT, agent_env, free_port, gunicorn, manage
+from tests.support.agent_process import ROOT, agent_env, gunicorn, manage, runserver
 
 STYLESHEET = re.compile(r'<link rel="stylesheet" href="([^"]+)"')
 
@@ -39,41 +34,6 @@ def _stylesheet(port: int) -> tuple[int, dict[str, str], bytes]:
     return _get(f"http://127.0.0.1:{port}{hrefs[0]}")
 
 
-@contextmanager
-def _runserver(env: dict[str, str]):
-    port = free_port()
-    log = Path(env["DATA_DIR"]) / "runserver.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                _get(f"http://127.0.0.1:{port}/healthz")
-                break
-            except urllib.error.HTTPError:
-                break  # it answers (503: no worker, which is beside the point here)
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"runserver did not answer: {log.read_text()[-2000:]}") from None
-                time.sleep(0.1)
-        yield port
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @pytest.fixture
 def env(tmp_path) -> dict[str, str]:
     static_root = tmp_path / "staticfiles"
@@ -85,7 +45,7 @@ def env(tmp_path) -> dict[str, str]:
 
 
 def test_runserver_without_debug_or_collectstatic_serves_the_css(env):
-    with _runserver(env) as port:
+    with runserver(env) as port:
         status, headers, body = _stylesheet(port)
 
     assert status == 200

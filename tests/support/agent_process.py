@@ -1,4 +1,5 @@
-"""The agent as a real process for tests: its environment, `manage.py`, and gunicorn on 127.0.0.1.
+"""The agent as a real process for tests: its environment, `manage.py`, and gunicorn or
+`manage.py runserver` on 127.0.0.1.
 
 Each server binds a free loopback port, is waited for with a deadline and is killed (its whole
 process group) when the block ends, also when the test fails.
@@ -39,6 +40,15 @@ def agent_env(data_dir: Path, **extra: str) -> dict[str, str]:
         }
     )
     env.update(extra)
+    return on_its_database(env)
+
+
+def on_its_database(env: dict[str, str]) -> dict[str, str]:
+    """`env` without what only a PostgreSQL DATABASE_URL takes (the PgBouncer that scripts/test's
+    PostgreSQL pass runs behind) when its DATABASE_URL is SQLite's."""
+    if not env.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")):
+        env.pop("DATABASE_POOLER", None)
+        env.pop("DATABASE_DIRECT_URL", None)
     return env
 
 
@@ -64,42 +74,54 @@ def free_port() -> int:
 def gunicorn(env: dict[str, str], *, workers: int = 1, threads: int = 4, timeout: float = 30) -> Iterator[int]:
     """Serve eventservice.wsgi on a free 127.0.0.1 port; yields the port once it accepts."""
     port = free_port()
-    log_path = Path(env["DATA_DIR"]) / f"gunicorn-{port}.log"
+    command = [
+        str(GUNICORN),
+        "eventservice.wsgi:application",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        str(workers),
+        "--threads",
+        str(threads),
+        "--log-level",
+        "warning",
+    ]
+    with _serving(command, env, port=port, name="gunicorn", timeout=timeout):
+        yield port
+
+
+@contextmanager
+def runserver(env: dict[str, str], *, timeout: float = 60) -> Iterator[int]:
+    """`manage.py runserver` (without its reloader) on a free 127.0.0.1 port; yields the port
+    once it accepts."""
+    port = free_port()
+    command = [sys.executable, str(ROOT / "manage.py"), "runserver", "--noreload", f"127.0.0.1:{port}"]
+    with _serving(command, env, port=port, name="runserver", timeout=timeout):
+        yield port
+
+
+@contextmanager
+def _serving(command: list[str], env: dict[str, str], *, port: int, name: str, timeout: float) -> Iterator[None]:
+    log_path = Path(env["DATA_DIR"]) / f"{name}-{port}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [
-                str(GUNICORN),
-                "eventservice.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                str(workers),
-                "--threads",
-                str(threads),
-                "--log-level",
-                "warning",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + timeout
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"{name} exited with {proc.returncode}: {log_path.read_text()[-2000:]}")
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                     break
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"gunicorn not listening after {timeout}s: {log_path.read_text()[-2000:]}"
+                        f"{name} not listening after {timeout}s: {log_path.read_text()[-2000:]}"
                     ) from None
                 time.sleep(0.05)
-        yield port
+        yield
     finally:
         _stop(proc)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection
 
+from tests.support.agent_process import on_its_database
 from workers.models import WorkerSession
 
 ROOT = Path(settings.BASE_DIR)
@@ -26,6 +27,15 @@ def database_url() -> str:
         auth = s["USER"] + (f":{s['PASSWORD']}" if s.get("PASSWORD") else "") + "@" if s.get("USER") else ""
         return f"postgres://{auth}{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
     raise RuntimeError(f"unsupported engine {s['ENGINE']}")
+
+
+def direct_database_url() -> str:
+    """The test database on PostgreSQL itself: behind PgBouncer (scripts/test's pass through it
+    sets DATABASE_DIRECT_URL), that server with this test database's name; else database_url()."""
+    direct = os.environ.get("DATABASE_DIRECT_URL", "")
+    if not direct:
+        return database_url()
+    return f"{direct.rsplit('/', 1)[0]}/{connection.settings_dict['NAME']}"
 
 
 class Cluster:
@@ -57,7 +67,7 @@ class Cluster:
             }
         )
         env.update(self.extra_env)
-        return env
+        return on_its_database(env)
 
     def start(self, *, wait: bool = True, timeout: float = 30.0) -> Cluster:
         started = time.time()
