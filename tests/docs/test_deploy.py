@@ -774,14 +774,16 @@ def test_the_guides_connection_counts_are_the_shipped_settings():
     workers = int(re.search(r"--workers (\d+)", unit).group(1))
     q_workers = int(env_values(DEPLOY / "service-agent.env")["Q_WORKERS"])
     web = workers * DB_POOL_SIZE_DEFAULT
-    cluster = q_workers * ENGINE_DB_CONNECTIONS + 3  # and the sentinel, the pusher, the monitor
+    # Each worker process's pool and its wake-ups' listener; the sentinel, the pusher (and its
+    # listener), the monitor.
+    cluster = q_workers * (ENGINE_DB_CONNECTIONS + 1) + 4
     assert f"one web host holds {workers} × {DB_POOL_SIZE_DEFAULT} = {web}" in section
-    assert f"each\ncluster {q_workers} × {ENGINE_DB_CONNECTIONS} + 3 = {cluster}" in section
+    assert f"each\ncluster {q_workers} × ({ENGINE_DB_CONNECTIONS} + 1) + 4 = {cluster}" in section
     assert f"({web} + {2 * cluster} = {web + 2 * cluster})" in section
     assert f"a third cluster ({web + 3 * cluster}) does not" in section
     assert 100 - 3 - 10 == 87 and web + 2 * cluster <= 87 < web + 3 * cluster
     assert f"| `DB_POOL_SIZE` ({DB_POOL_SIZE_DEFAULT}) |" in section
-    assert f"| `WORKER_DB_POOL_SIZE` ({ENGINE_DB_CONNECTIONS}) |" in section
+    assert f"| `WORKER_DB_POOL_SIZE` ({ENGINE_DB_CONNECTIONS}) + 1 |" in section
 
 
 @pytest.mark.postgres
