@@ -70,6 +70,7 @@ class DatabaseBusyMiddleware:
             content_type="text/plain; charset=utf-8",
         )
         response["Retry-After"] = str(DATABASE_BUSY_RETRY_AFTER)
+        response._has_been_logged = True  # the warning above says it, once
         return response
 
 

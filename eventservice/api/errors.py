@@ -167,7 +167,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         # Every connection of this process's pool stayed busy for DB_POOL_TIMEOUT_SECONDS: a
         # burst, not a bug (docs/deploy.md, "Connections").
         logger.warning("no database connection came free in time: answered 503", extra={"path": request.path})
-        return problem_response(
+        busy = problem_response(
             slug="database-busy",
             title="Service unavailable",
             status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
@@ -175,6 +175,8 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             request=request,
             headers={"Retry-After": str(DATABASE_BUSY_RETRY_AFTER)},
         )
+        busy._has_been_logged = True  # the warning above says it, once
+        return busy
 
     # Anything else is our bug: log it with the request's context, reveal nothing.
     logger.exception(

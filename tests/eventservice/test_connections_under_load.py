@@ -199,3 +199,7 @@ def test_a_request_that_finds_no_connection_free_in_time_gets_a_503(world, tmp_p
     assert 2 <= waited < 10  # a second each, not for ever
     # The cancel that held the connection went through once the row was free.
     assert cancelled.status_code == 200, cancelled.text
+    # Each 503 is logged once, as a warning naming the cause.
+    log = (tmp_path / f"gunicorn-{port}.log").read_text()
+    assert log.count("no database connection came free in time: answered 503") == 2
+    assert "Service Unavailable" not in log
