@@ -12,7 +12,9 @@ from django.db.models import Count, F, Min, Prefetch, QuerySet
 from core.db import sql_query
 from core.errors import NotFound
 from core.ids import utcnow
+from core.partitions import made_since, within
 from delivery.models import DeliveryAttempt, Notification, Subscription
+from delivery.partitions import NOTIFICATION_DAYS, OPEN
 
 OPEN_STATES = (Notification.State.PENDING, Notification.State.FAILED)
 
@@ -20,16 +22,18 @@ OPEN_STATES = (Notification.State.PENDING, Notification.State.FAILED)
 def notifications_due_exist(*, now: datetime | None = None) -> bool:
     """Whether any notification of an enabled subscription is due (a plain read: an idle loop
     polls often and must not take SQLite's write lock to find nothing). Uses
-    event_notifications_due_seq. Written once per process (core.db.sql_query): every worker
-    process asks 20 times a second."""
+    event_notifications_due_seq, in the window of the open notifications where the table is
+    partitioned (delivery/partitions.py). Written once per process (core.db.sql_query): every
+    worker process asks 20 times a second."""
     now = now or utcnow()
+    window, bounds = within(OPEN.bounds(now=now), "n.{n.notification_id}")
     return bool(
         sql_query(
             "SELECT 1 FROM {n} n INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
             "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) "
             f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))}) "
-            "AND n.{n.next_attempt_at} <= %s AND s.{s.enabled} LIMIT 1",
-            [now, *(state.value for state in OPEN_STATES), now],
+            "AND n.{n.next_attempt_at} <= %s" + window + " AND s.{s.enabled} LIMIT 1",
+            [now, *(state.value for state in OPEN_STATES), now, *bounds],
             n=Notification,
             s=Subscription,
         )
@@ -155,11 +159,16 @@ def deliveries_for_call(*, tenant_id: str, service_call_id: uuid.UUID | str) -> 
     one query (event_notifications_call). Operator-wide subscriptions' notifications are left
     out: those are the operator's."""
     by_event: dict[uuid.UUID, list[Notification]] = {}
+    rows = Notification.objects.filter(
+        tenant_id=tenant_id, aggregate_id=service_call_id, subscription__tenant_id=tenant_id
+    )
+    # Where the table is partitioned, only the days from the call's (its id, a UUID v7, says
+    # when): a notification's id bears its event's time, never older than the call.
+    since = made_since(NOTIFICATION_DAYS, service_call_id)
+    if since is not None:
+        rows = rows.filter(notification_id__gte=since)
     rows = (
-        Notification.objects.filter(
-            tenant_id=tenant_id, aggregate_id=service_call_id, subscription__tenant_id=tenant_id
-        )
-        .select_related("subscription")
+        rows.select_related("subscription")
         .only(
             "notification_id",
             "event_id",
