@@ -306,6 +306,8 @@ def drop(
     try:
         with transaction.atomic(using=using), connections[using].cursor() as cursor:
             cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+            # A caller's own writes still to be checked (deferred foreign keys) would forbid the drop.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
             for each, _ in both:
                 cursor.execute(f"LOCK TABLE ONLY {q(each.table)} IN ACCESS EXCLUSIVE MODE")
             if unless is not None:
@@ -323,7 +325,7 @@ def drop(
 
 
 def partition_of(
-    spec: DailyPartitions, partition: Partition, other: DailyPartitions, *, using: str
+    spec: DailyPartitions, partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS
 ) -> Partition | None:
     """`other`'s partition with the same range as `partition` (its rows' rows), if any."""
     return next(
@@ -372,9 +374,12 @@ class OpenWindow:
 
 
 def open_floor(spec: DailyPartitions, open_rows: str, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> Any:
-    """The lowest key an open row (`open_rows`, SQL on the table) has now, or yesterday's start
-    where every open row is younger: one probe of the partial index of each partition holding
-    older keys (those retention keeps, a converted table's past, the DEFAULT partition)."""
+    """The start of the day of the lowest key an open row (`open_rows`, SQL on the table) has now,
+    or of yesterday where every open row is younger: one probe of the partial index of each
+    partition holding older keys (those retention keeps, a converted table's past, the DEFAULT
+    partition). A day's start, so that the bound takes in each partition of the window whole:
+    a query's planner then sees nothing to gain from the key's own index, and keeps to the
+    partial index of the open rows."""
     q = connections[using].ops.quote_name
     cap = spec.key_at(day_start(now) - DAY)
     older = [p for p in partitions(spec, using=using) if p.default or p.lower is None or spec.key_at(p.lower) < cap]
@@ -390,9 +395,10 @@ def open_floor(spec: DailyPartitions, open_rows: str, *, now: datetime, using: s
     with connections[using].cursor() as cursor:
         cursor.execute(f"SELECT min(k) FROM ({probes}) AS probes", [cap] * len(older))
         lowest = cursor.fetchone()[0]
-    if lowest is not None and spec.uuid7:
-        lowest = uuid.UUID(lowest)
-    return cap if lowest is None else min(lowest, cap)
+    if lowest is None:
+        return cap
+    made = spec.time_of(uuid.UUID(lowest) if spec.uuid7 else lowest)
+    return min(spec.key_at(day_start(made)), cap)
 
 
 def within(bounds: tuple[Any, Any] | None, column: str) -> tuple[str, list[Any]]:

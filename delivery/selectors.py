@@ -12,7 +12,7 @@ from django.db.models import Count, F, Min, Prefetch, QuerySet
 from core.db import sql_query
 from core.errors import NotFound
 from core.ids import utcnow
-from core.partitions import made_since, within
+from core.partitions import CLOCK_MARGIN, is_partitioned, made_since, within
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN
 
@@ -147,8 +147,12 @@ def _percentile_ms(values: list[float], fraction: float) -> int | None:
 
 def notifications_for_subscription(*, subscription: Subscription, state: str | None = None) -> QuerySet[Notification]:
     """A subscription's notifications (optionally in one state) with their attempts; the caller
-    orders and pages them (event_notifications_sub_new)."""
+    orders and pages them (event_notifications_sub_new; the API by id, newest first)."""
     rows = Notification.objects.filter(subscription=subscription).defer("envelope")
+    if is_partitioned(NOTIFICATION_DAYS.table):
+        # Only the days since the subscription was made: it is given the events made since
+        # (delivery.services.fanout), and a notification's id bears its event's time.
+        rows = rows.filter(notification_id__gte=NOTIFICATION_DAYS.key_at(subscription.created_at - CLOCK_MARGIN))
     if state is not None:
         rows = rows.filter(state=state)
     return rows.prefetch_related(_ATTEMPTS_IN_ORDER)
