@@ -86,9 +86,11 @@ def _add_partitioned_index(schema_editor: Any, model: Any, index: Index) -> None
             [q(table)],
         )
         names = [(row[0], local_name(row[0], index.name.removeprefix(f"{table}_"))) for row in cursor.fetchall()]
+    # IF NOT EXISTS: a build interrupted, its invalid indexes dropped (docs/deploy.md,
+    # "Upgrades"), goes on with the partitions it had not done.
     for partition, own in names:
-        schema_editor.execute(f"CREATE INDEX CONCURRENTLY {q(own)} ON {q(partition)} {rest}")
-    _briefly(schema_editor, f"CREATE INDEX {q(index.name)} ON ONLY {q(table)} {rest}")
+        schema_editor.execute(f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {q(own)} ON {q(partition)} {rest}")
+    _briefly(schema_editor, f"CREATE INDEX IF NOT EXISTS {q(index.name)} ON ONLY {q(table)} {rest}")
     for _, own in names:
         _briefly(schema_editor, f"ALTER INDEX {q(index.name)} ATTACH PARTITION {q(own)}")
 
@@ -331,9 +333,19 @@ def _unpartition(schema_editor: Any, model: Any, spec: DailyPartitions) -> None:
             [q(table)],
         )
         names = [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'c' ORDER BY 1",
+            [q(table)],
+        )
+        checks = [row[0] for row in cursor.fetchall()]
     run(f"ALTER TABLE {q(table)} RENAME TO {q(parted)}")
     for name in names:
         run(f"ALTER INDEX {q(name)} RENAME TO {q(local_name(parted, name.removeprefix(f'{table}_')))}")
+    # Out of the way of the names PostgreSQL gives the plain table's checks.
+    for name in checks:
+        run(
+            f"ALTER TABLE {q(parted)} RENAME CONSTRAINT {q(name)} TO {q(local_name(parted, name.removeprefix(f'{table}_')))}"
+        )
     schema_editor.create_model(model)
     columns = ", ".join(q(field.column) for field in model._meta.concrete_fields)
     run(f"INSERT INTO {q(table)} ({columns}) SELECT {columns} FROM {q(parted)}")

@@ -77,6 +77,7 @@ def test_the_migrations_partition_tables_that_hold_rows_and_go_back(world):
         assert not any(is_partitioned(spec.table) for spec in HISTORY)
         before = _history()
         indexes_before = _own_indexes("outbox")
+        checks_before = {spec.table: _checks(spec.table) for spec in HISTORY}
 
         _migrate()
 
@@ -108,6 +109,7 @@ def test_the_migrations_partition_tables_that_hold_rows_and_go_back(world):
 
         assert not any(is_partitioned(spec.table) for spec in HISTORY)
         assert _rows() == after
+        assert {spec.table: _checks(spec.table) for spec in HISTORY} == checks_before
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT count(*) FROM pg_constraint WHERE conrelid = 'event_delivery_attempts'::regclass "
@@ -117,6 +119,12 @@ def test_the_migrations_partition_tables_that_hold_rows_and_go_back(world):
     finally:
         _migrate()
     assert all(is_partitioned(spec.table) for spec in (OUTBOX_DAYS, NOTIFICATION_DAYS, ATTEMPT_DAYS, RUN_DAYS))
+
+
+def _checks(table: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'c'", [table])
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _partition_of(table: str, column: str, key) -> str:
