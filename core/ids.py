@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from datetime import UTC, datetime
 
@@ -11,6 +12,16 @@ import uuid6
 def new_id() -> uuid.UUID:
     """A UUID v7: time-ordered, so newest-first order is id order."""
     return uuid.UUID(bytes=uuid6.uuid7().bytes)
+
+
+def new_id_dated_as(other: uuid.UUID) -> uuid.UUID:
+    """A new UUID v7 bearing the time of `other` (a UUID v7), random otherwise: a row made for
+    another row (a notification for its event) is dated as that row, and so falls in the same
+    day's partition of a table partitioned by its id (docs/schema.md, "History partitioned by
+    day")."""
+    random = secrets.randbits(74)
+    # 48 bits of time, version 7, 12 random bits, variant 0b10, 62 random bits (RFC 9562).
+    return uuid.UUID(int=(other.int >> 80) << 80 | 0x7 << 76 | (random >> 62) << 64 | 0b10 << 62 | random & (2**62 - 1))
 
 
 def utcnow() -> datetime:

@@ -12,7 +12,9 @@ from django.db.models import Count, F, Min, Prefetch, QuerySet
 from core.db import db_datetime, sql_query
 from core.errors import NotFound
 from core.ids import utcnow
+from core.partitions import CLOCK_MARGIN, is_partitioned, made_since, within
 from delivery.models import DeliveryAttempt, Notification, Subscription
+from delivery.partitions import NOTIFICATION_DAYS, OPEN
 
 OPEN_STATES = (Notification.State.PENDING, Notification.State.FAILED)
 
@@ -20,16 +22,18 @@ OPEN_STATES = (Notification.State.PENDING, Notification.State.FAILED)
 def notifications_due_exist(*, now: datetime | None = None) -> bool:
     """Whether any notification of an enabled subscription is due (a plain read: an idle loop
     polls often and must not take SQLite's write lock to find nothing). Uses
-    event_notifications_due_seq. Written once per process (core.db.sql_query): every worker
-    process asks 20 times a second."""
+    event_notifications_due_seq, in the window of the open notifications where the table is
+    partitioned (delivery/partitions.py). Written once per process (core.db.sql_query): every
+    worker process asks 20 times a second."""
     now = now or utcnow()
+    window, bounds = within(OPEN.bounds(now=now), "n.{n.notification_id}")
     return bool(
         sql_query(
             "SELECT 1 FROM {n} n INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
             "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) "
             f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))}) "
-            "AND n.{n.next_attempt_at} <= %s AND s.{s.enabled} LIMIT 1",
-            [now, *(state.value for state in OPEN_STATES), now],
+            "AND n.{n.next_attempt_at} <= %s" + window + " AND s.{s.enabled} LIMIT 1",
+            [now, *(state.value for state in OPEN_STATES), now, *bounds],
             n=Notification,
             s=Subscription,
         )
@@ -41,14 +45,16 @@ def notifications_next_due(*, now: datetime | None = None) -> datetime | None:
     (at or before `now`: due now); None when there is none. The delivery loop's look while
     the wake-ups listen: it finds what is due now, and else how long it may sleep before a
     retry falls due by the clock (docs/architecture.md, "Wake, don't poll"). Along
-    event_notifications_due_seq, in its order."""
+    event_notifications_due_seq, in its order, in the window of the open notifications where the
+    table is partitioned (delivery/partitions.py)."""
     now = now or utcnow()
+    window, bounds = within(OPEN.bounds(now=now), "n.{n.notification_id}")
     rows = sql_query(
         "SELECT n.{n.next_attempt_at} FROM {n} n INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
         "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) "
-        f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))}) "
+        f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))})" + window + " "
         "AND s.{s.enabled} ORDER BY n.{n.next_attempt_at} LIMIT 1",
-        [now, *(state.value for state in OPEN_STATES)],
+        [now, *(state.value for state in OPEN_STATES), *bounds],
         n=Notification,
         s=Subscription,
     )
@@ -162,8 +168,12 @@ def _percentile_ms(values: list[float], fraction: float) -> int | None:
 
 def notifications_for_subscription(*, subscription: Subscription, state: str | None = None) -> QuerySet[Notification]:
     """A subscription's notifications (optionally in one state) with their attempts; the caller
-    orders and pages them (event_notifications_sub_new)."""
+    orders and pages them (event_notifications_sub_new; the API by id, newest first)."""
     rows = Notification.objects.filter(subscription=subscription).defer("envelope")
+    if is_partitioned(NOTIFICATION_DAYS.table):
+        # Only the days since the subscription was made: it is given the events made since
+        # (delivery.services.fanout), and a notification's id bears its event's time.
+        rows = rows.filter(notification_id__gte=NOTIFICATION_DAYS.key_at(subscription.created_at - CLOCK_MARGIN))
     if state is not None:
         rows = rows.filter(state=state)
     return rows.prefetch_related(_ATTEMPTS_IN_ORDER)
@@ -174,11 +184,16 @@ def deliveries_for_call(*, tenant_id: str, service_call_id: uuid.UUID | str) -> 
     one query (event_notifications_call). Operator-wide subscriptions' notifications are left
     out: those are the operator's."""
     by_event: dict[uuid.UUID, list[Notification]] = {}
+    rows = Notification.objects.filter(
+        tenant_id=tenant_id, aggregate_id=service_call_id, subscription__tenant_id=tenant_id
+    )
+    # Where the table is partitioned, only the days from the call's (its id, a UUID v7, says
+    # when): a notification's id bears its event's time, never older than the call.
+    since = made_since(NOTIFICATION_DAYS, service_call_id)
+    if since is not None:
+        rows = rows.filter(notification_id__gte=since)
     rows = (
-        Notification.objects.filter(
-            tenant_id=tenant_id, aggregate_id=service_call_id, subscription__tenant_id=tenant_id
-        )
-        .select_related("subscription")
+        rows.select_related("subscription")
         .only(
             "notification_id",
             "event_id",

@@ -29,7 +29,10 @@ from django.apps import apps
 from django.conf import settings
 from django.core.management.color import no_style
 from django.db import connections, models, transaction
+from django.db.models import Max, Min
 from django.utils import timezone
+
+from core.partitions import make_days
 
 TARGET = "copy_target"
 # Apps whose rows are not the agent's to move (see the module's docstring).
@@ -123,6 +126,7 @@ def copy_all(url: str, *, progress: Callable[[Copied], None] = lambda copied: No
     remap = _natural_key_maps(alias)
     done = []
     with transaction.atomic(using=alias):
+        _history_days(alias)
         for model in tables:
             rows, left = _copy_table(model, alias, remap)
             done.append(Copied(model._meta.db_table, rows, left))
@@ -152,6 +156,30 @@ def _migrate(url: str) -> None:
     )
     if done.returncode:
         raise CopyRefused(f"migrating the target failed: {(done.stderr or done.stdout).strip()[-2000:]}")
+
+
+def _history_days(alias: str) -> None:
+    """Where the target's history is partitioned by day (docs/schema.md, "History partitioned by
+    day"), the partitions of the days the source's rows were made on: without them every copied
+    row would wait in the DEFAULT partition, which retention goes through only row by row."""
+    from delivery.models import DeliveryAttempt, Notification
+    from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS
+    from outbox.models import OutboxEvent
+    from outbox.partitions import OUTBOX_DAYS
+    from workers.models import LoopRun
+    from workers.services import RUN_DAYS
+
+    for model, spec in (
+        (OutboxEvent, OUTBOX_DAYS),
+        (Notification, NOTIFICATION_DAYS),
+        (DeliveryAttempt, ATTEMPT_DAYS),
+        (LoopRun, RUN_DAYS),
+    ):
+        span = model._base_manager.using("default").aggregate(low=Min(spec.column), high=Max(spec.column))
+        if span["low"] is None:
+            continue
+        first, last = (spec.time_of(span[end]).date() for end in ("low", "high"))
+        make_days(spec, [first + timedelta(days=n) for n in range((last - first).days + 1)], using=alias)
 
 
 def _natural_key_maps(alias: str) -> dict[type[models.Model], dict[Any, Any]]:

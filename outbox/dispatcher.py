@@ -19,10 +19,13 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from django.db import connection, transaction
+from django.db.models import Q
 
 from core.db import ChangeWatch, db_datetime, db_uuid, sql_query, take_turn
 from core.ids import utcnow
+from core.partitions import is_partitioned, within
 from outbox.models import OutboxEvent
+from outbox.partitions import OUTBOX_DAYS, UNPUBLISHED
 from outbox.services import outbox_mark_published
 from outbox.sinks import BatchSink, ClaimedEvent, Sink, configured_sinks
 
@@ -39,12 +42,13 @@ def backoff_seconds(attempts: int) -> float:
 def claimable_exist(now: datetime) -> bool:
     """Whether an unpublished row is claimable (not backing off, not leased): the idle
     dispatcher's look, twenty times a second, written once per process (core.db.sql_query)."""
+    window, bounds = within(UNPUBLISHED.bounds(now=now), "{o.event_id}")
     return bool(
         sql_query(
-            "SELECT 1 FROM {o} WHERE {o.published_at} IS NULL "
+            "SELECT 1 FROM {o} WHERE {o.published_at} IS NULL" + window + " "
             "AND ({o.next_attempt_at} IS NULL OR {o.next_attempt_at} <= %s) "
             "AND ({o.locked_until} IS NULL OR {o.locked_until} <= %s) LIMIT 1",
-            [now, now],
+            [*bounds, now, now],
             o=OutboxEvent,
         )
     )
@@ -61,23 +65,26 @@ def _claimable_rows(now: datetime, limit: int) -> list[ClaimedEvent]:
     Statements written once per process (core.db.sql_query; tests/outbox/test_dispatcher.py
     holds the ORM queries they replaced), the rows read as
     `ClaimedEvent`s: compiling the queries and building model instances was half the
-    dispatcher's time inside its write transaction, which the starts of due calls wait for."""
+    dispatcher's time inside its write transaction, which the starts of due calls wait for.
+    Where the outbox is partitioned, both keep to the window of the unpublished events
+    (outbox/partitions.py)."""
+    window, bounds = within(UNPUBLISHED.bounds(now=now), "{o.event_id}")
     blocked = {
         db_uuid(aggregate_id)
         for (aggregate_id,) in sql_query(
-            "SELECT {o.aggregate_id} FROM {o} WHERE {o.published_at} IS NULL "
+            "SELECT {o.aggregate_id} FROM {o} WHERE {o.published_at} IS NULL" + window + " "
             "AND ({o.next_attempt_at} > %s OR {o.locked_until} > %s)",
-            [now, now],
+            [*bounds, now, now],
             o=OutboxEvent,
         )
     }
     lock = " FOR UPDATE SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     rows = sql_query(
-        f"SELECT {_CLAIMED_COLUMNS} FROM {{o}} WHERE {{o.published_at}} IS NULL "
+        f"SELECT {_CLAIMED_COLUMNS} FROM {{o}} WHERE {{o.published_at}} IS NULL" + window + " "
         "AND ({o.next_attempt_at} IS NULL OR {o.next_attempt_at} <= %s) "
         "AND ({o.locked_until} IS NULL OR {o.locked_until} <= %s) "
         "ORDER BY {o.id} LIMIT %s" + lock,
-        [now, now, limit],
+        [*bounds, now, now, limit],
         o=OutboxEvent,
     )
     payload = OutboxEvent._meta.get_field("event_payload")
@@ -101,12 +108,20 @@ def _claimable_rows(now: datetime, limit: int) -> list[ClaimedEvent]:
     return claimed
 
 
+def _the_rows(rows: Sequence[ClaimedEvent]) -> Q:
+    """The rows of `rows` by key; by event id too where the outbox is partitioned by it, so that
+    only their partitions are searched."""
+    if is_partitioned(OUTBOX_DAYS.table):
+        return Q(event_id__in=[row.event_id for row in rows])
+    return Q(pk__in=[row.pk for row in rows])
+
+
 def _claim(limit: int) -> list[ClaimedEvent]:
     with transaction.atomic():
         now = utcnow()
         claimed = _claimable_rows(now, limit)
         if claimed:
-            OutboxEvent.objects.filter(pk__in=[row.pk for row in claimed]).update(locked_until=now + LEASE)
+            OutboxEvent.objects.filter(_the_rows(claimed)).update(locked_until=now + LEASE)
     return claimed
 
 
@@ -229,7 +244,7 @@ def _log_failure(row: ClaimedEvent) -> None:
 def _back_off(row: ClaimedEvent, error: str, now: datetime) -> None:
     """The row waits before its next try (and every later event of its call with it)."""
     attempts = row.attempts + 1
-    OutboxEvent.objects.filter(pk=row.pk).update(
+    OutboxEvent.objects.filter(_the_rows([row])).update(
         attempts=attempts,
         last_error=error,
         locked_until=None,
@@ -244,8 +259,8 @@ def _settle(rows: list[ClaimedEvent], published: list[int], failed: dict[int, st
         for row in rows:
             if row.pk in failed:
                 _back_off(row, failed[row.pk], now)
-        skipped = [row.pk for row in rows if row.pk not in failed and row.pk not in done]
+        skipped = [row for row in rows if row.pk not in failed and row.pk not in done]
         if skipped:
-            OutboxEvent.objects.filter(pk__in=skipped).update(locked_until=None)
+            OutboxEvent.objects.filter(_the_rows(skipped)).update(locked_until=None)
         # Last, so the feed counters it locks are held only until the commit that follows.
         outbox_mark_published(ids=published, at=now)

@@ -91,6 +91,11 @@ class OutboxFeedCounter(models.Model):
 
     tenant_id = models.CharField(max_length=63, primary_key=True)
     last_seq = models.BigIntegerField(default=0)
+    # Where the outbox is partitioned (PostgreSQL): every event numbered above `floor_seq` has an
+    # event_id of at least `floor_key`, so a feed read past that number reads only the partitions
+    # from there on (docs/architecture.md, "The events feed"). Set by the retention run.
+    floor_seq = models.BigIntegerField(null=True, blank=True, editable=False)
+    floor_key = models.UUIDField(null=True, blank=True, editable=False)
 
     class Meta:
         db_table = "outbox_feed_counters"

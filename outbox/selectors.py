@@ -10,15 +10,23 @@ from typing import Any
 
 from django.db.models import F, QuerySet
 
+from core.partitions import made_since
 from outbox.models import OutboxEvent, OutboxFeedCounter
+from outbox.partitions import OUTBOX_DAYS
 
 LAG_WINDOW = timedelta(minutes=15)
 LAG_SAMPLE = 2000
 
 
 def events_for_call(*, tenant_id: str, service_call_id: uuid.UUID | str) -> QuerySet[OutboxEvent]:
-    """A call's events in publication order (uses outbox_tenant_aggregate)."""
-    return OutboxEvent.objects.filter(tenant_id=tenant_id, aggregate_id=service_call_id).order_by("id")
+    """A call's events in publication order (uses outbox_tenant_aggregate). Where the outbox is
+    partitioned, only from the day the call was made (its id, a UUID v7, says when): no event of
+    it is older, so the older days' partitions are not searched."""
+    events = OutboxEvent.objects.filter(tenant_id=tenant_id, aggregate_id=service_call_id)
+    since = made_since(OUTBOX_DAYS, service_call_id)
+    if since is not None:
+        events = events.filter(event_id__gte=since)
+    return events.order_by("id")
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,15 @@ class FeedPositionAhead(ValueError):
 
 def feed_head(*, tenant_id: str) -> int:
     """The last feed number given to the tenant's events; 0 before the first (a primary key read)."""
-    return OutboxFeedCounter.objects.filter(tenant_id=tenant_id).values_list("last_seq", flat=True).first() or 0
+    return _counter(tenant_id)[0]
+
+
+def _counter(tenant_id: str) -> tuple[int, int | None, uuid.UUID | None]:
+    """The tenant's feed head, and its feed floor (OutboxFeedCounter.floor_seq, floor_key)."""
+    row = (
+        OutboxFeedCounter.objects.filter(tenant_id=tenant_id).values_list("last_seq", "floor_seq", "floor_key").first()
+    )
+    return row if row is not None else (0, None, None)
 
 
 def feed_seq_of_event(*, tenant_id: str, event_id: uuid.UUID | str) -> int | None:
@@ -59,12 +75,19 @@ def events_feed(*, tenant_id: str, after: int = 0, limit: int = 50, types: Colle
     returned position never misses one. The head is read *before* the events and bounds them:
     jumping to it past filtered-out events is safe only for numbers committed when it was read.
     An event deleted by retention is simply not there: an old position resumes at the oldest left.
-    Raises FeedPositionAhead if `after` is beyond the head.
+    Where the outbox is partitioned, a position at or past the tenant's feed floor reads only the
+    partitions from the floor's day on (outbox.services.outbox_feed_floors_set says why no later
+    number is below it), and a reader at the head reads none. Raises FeedPositionAhead if `after`
+    is beyond the head.
     """
-    head = feed_head(tenant_id=tenant_id)
+    head, floor_seq, floor_key = _counter(tenant_id)
     if after > head:
         raise FeedPositionAhead(after)
+    if after == head:
+        return FeedPage(events=[], position=head, done=True)
     qs = OutboxEvent.objects.filter(tenant_id=tenant_id, feed_seq__gt=after, feed_seq__lte=head)
+    if floor_key is not None and floor_seq is not None and after >= floor_seq:
+        qs = qs.filter(event_id__gte=floor_key)
     if types:
         qs = qs.filter(event_type__in=sorted(types))
     events = list(qs.order_by("feed_seq")[:limit])

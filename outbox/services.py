@@ -10,11 +10,22 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
-from core.db import PreparedInsert, insert_rows_prepare, rows_per_insert, sql_query, sql_update_returning, update_many
+from core.db import (
+    PreparedInsert,
+    db_uuid,
+    insert_rows_prepare,
+    rows_per_insert,
+    sql_query,
+    sql_update_returning,
+    update_many,
+)
 from core.db.wakeups import Channel, notify
 from core.ids import epoch_ms, new_id
+from core.partitions import drop, is_partitioned, make_ahead, open_floor, partitions, within
 from outbox.models import OutboxEvent, OutboxFeedCounter
+from outbox.partitions import OUTBOX_DAYS, UNPUBLISHED, UNPUBLISHED_SQL
 
 
 @dataclass(frozen=True)
@@ -110,24 +121,36 @@ def outbox_mark_published(*, ids: Sequence[int], at: datetime) -> int:
     # Locks the rows first: whoever numbers them after us sees feed_seq set and skips them.
     # Statements written once per process (core.db.sql_query), not compiled for every batch:
     # the dispatcher runs this inside the write transaction the starts of due calls wait for.
+    # Where the outbox is partitioned, the rows are sought only in the window of the unpublished
+    # events (outbox/partitions.py), and numbered by their event id too: by id alone, each
+    # statement would search every partition's key.
+    partitioned = is_partitioned(OUTBOX_DAYS.table)
+    window, bounds = within(UNPUBLISHED.bounds(now=at), "{t.event_id}")
     marked = sql_update_returning(
         OutboxEvent,
         assign="{t.published_at} = %s, {t.locked_until} = NULL",
         params=[at],
         keys=ids,
-        returning="{t.id}, {t.tenant_id}, {t.feed_seq}",
+        returning="{t.id}, {t.tenant_id}, {t.feed_seq}, {t.event_id}",
+        also=window,
+        also_params=bounds,
     )
-    unnumbered = sorted((pk, tenant_id) for pk, tenant_id, feed_seq in marked if feed_seq is None)
+    unnumbered = sorted((pk, tenant_id, event_id) for pk, tenant_id, feed_seq, event_id in marked if feed_seq is None)
     if not unnumbered:
         return len(marked)
-    tenant_ids = sorted({tenant_id for _, tenant_id in unnumbered})
+    tenant_ids = sorted({tenant_id for _, tenant_id, _ in unnumbered})
     last_seq = _feed_counters_locked(tenant_ids)
     numbered = []
-    for pk, tenant_id in unnumbered:
+    for pk, tenant_id, event_id in unnumbered:
         last_seq[tenant_id] += 1
-        numbered.append((last_seq[tenant_id], pk))
+        numbered.append((last_seq[tenant_id], pk, db_uuid(event_id)) if partitioned else (last_seq[tenant_id], pk))
     # One prepared UPDATE run per row: bulk_update would build a CASE of every row per batch.
-    update_many(OutboxEvent, set_fields=("feed_seq",), where_fields=("id",), rows=numbered)
+    update_many(
+        OutboxEvent,
+        set_fields=("feed_seq",),
+        where_fields=("id", "event_id") if partitioned else ("id",),
+        rows=numbered,
+    )
     update_many(
         OutboxFeedCounter,
         set_fields=("last_seq",),
@@ -181,17 +204,80 @@ def outbox_delete_published_before(
     """Delete events published before `before`, in batches of `batch_size` (each in its own
     transaction, under `write_guard`); unpublished events are never deleted. Returns the count.
 
+    Where the outbox is partitioned (PostgreSQL), a day whose events are all older than
+    `before` and published goes whole: its partition is dropped (counted by PostgreSQL's
+    estimate of its rows). A day with an unpublished event keeps its partition and loses its
+    published events row by row, as does what no day's partition holds (a converted table's past,
+    the DEFAULT partition's strays); a day not yet wholly past `before` waits for the next run.
     Uses outbox_published_at; see docs/schema.md (retention)."""
+    if not is_partitioned(OUTBOX_DAYS.table):
+        return _delete_published(OutboxEvent.objects.all(), before, batch_size, write_guard)
     deleted = 0
+    days = [p for p in partitions(OUTBOX_DAYS) if not p.default and p.lower is not None]
+    kept = [(None, days[0].lower if days else None)]
+    for day in days:
+        if day.upper is None or day.upper > before:
+            break
+        with write_guard():
+            dropped = drop(OUTBOX_DAYS, day, unless=f"p.{UNPUBLISHED_SQL}")
+        if dropped:
+            deleted += day.rows
+        else:
+            kept.append((day.lower, day.upper))
+    for lower, upper in kept:
+        rows = OutboxEvent.objects.all()
+        if lower is not None:
+            rows = rows.filter(event_id__gte=OUTBOX_DAYS.key_at(lower))
+        if upper is not None:
+            rows = rows.filter(event_id__lt=OUTBOX_DAYS.key_at(upper))
+        deleted += _delete_published(rows, before, batch_size, write_guard)
+    return deleted
+
+
+def _delete_published(
+    rows: QuerySet[OutboxEvent],
+    before: datetime,
+    batch_size: int,
+    write_guard: Callable[[], AbstractContextManager[None]],
+) -> int:
+    deleted = 0
+    rows = rows.filter(published_at__lt=before).order_by("published_at")
     while True:
         with write_guard(), transaction.atomic():
-            ids = list(
-                OutboxEvent.objects.filter(published_at__lt=before)
-                .order_by("published_at")
-                .values_list("id", flat=True)[:batch_size]
-            )
-            if ids:
-                OutboxEvent.objects.filter(id__in=ids).delete()
-        deleted += len(ids)
-        if len(ids) < batch_size:
+            # By event id: where the outbox is partitioned by it, the DELETE searches only the
+            # partitions of these rows.
+            keys = list(rows.values_list("event_id", flat=True)[:batch_size])
+            if keys:
+                OutboxEvent.objects.filter(event_id__in=keys).delete()
+        deleted += len(keys)
+        if len(keys) < batch_size:
             return deleted
+
+
+def outbox_partitions_make(*, now: datetime) -> list[str]:
+    """Where the outbox is partitioned, today's partition and the next days', where missing
+    (core.partitions.make_ahead); returns the names made."""
+    return make_ahead(OUTBOX_DAYS, now=now)
+
+
+def outbox_feed_floors_set(*, now: datetime) -> int:
+    """Where the outbox is partitioned, each tenant's feed floor (OutboxFeedCounter.floor_seq,
+    floor_key) moved up to the lowest event id an unpublished event has now: every event that
+    gets a feed number after this is unpublished now or made from now on, so its id is at least
+    that. The counters are read after that look (statements see what committed before they
+    start) and locked in tenant order, as the dispatchers lock them. Returns how many moved."""
+    if not is_partitioned(OUTBOX_DAYS.table):
+        return 0
+    floor = open_floor(OUTBOX_DAYS, UNPUBLISHED_SQL, now=now)
+    if floor is None:
+        return 0
+    return len(
+        sql_query(
+            "UPDATE {c} SET {c.floor_seq} = {c}.{c.last_seq}, {c.floor_key} = %s "
+            "FROM (SELECT {c.tenant_id} AS moved FROM {c} WHERE {c.floor_key} IS NULL OR {c.floor_key} < %s "
+            "ORDER BY {c.tenant_id} FOR UPDATE) AS locked WHERE {c}.{c.tenant_id} = locked.moved "
+            "RETURNING {c}.{c.tenant_id}",
+            [floor, floor],
+            c=OutboxFeedCounter,
+        )
+    )

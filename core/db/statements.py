@@ -56,18 +56,26 @@ def sql_query(template: str, params: Sequence[Any] = (), **models: type[Model]) 
 
 
 def sql_update_returning(
-    model: type[Model], *, assign: str, params: Sequence[Any], keys: Sequence[Any], returning: str
+    model: type[Model],
+    *,
+    assign: str,
+    params: Sequence[Any],
+    keys: Sequence[Any],
+    returning: str,
+    also: str = "",
+    also_params: Sequence[Any] = (),
 ) -> list[tuple[Any, ...]]:
     """UPDATE the rows of `model` whose key is among `keys` (SET `assign`, with `params`) and
     read back `returning` of each: templates as for sql_query, the model named `t` ({t.field}).
-    One UPDATE ... RETURNING where the database has it (SQLite 3.35+, PostgreSQL), else an
-    UPDATE then a SELECT, which the caller's transaction keeps together. Rows in no set order."""
-    where = f"WHERE {{t.{model._meta.pk.name}}} IN ({', '.join(['%s'] * len(keys))})"
+    `also` (with `also_params`) is added to the WHERE as it is (" AND ..."). One UPDATE ...
+    RETURNING where the database has it (SQLite 3.35+, PostgreSQL), else an UPDATE then a
+    SELECT, which the caller's transaction keeps together. Rows in no set order."""
+    where = f"WHERE {{t.{model._meta.pk.name}}} IN ({', '.join(['%s'] * len(keys))}){also}"
     update = f"UPDATE {{t}} SET {assign} {where}"
     if connections[DEFAULT_DB_ALIAS].features.can_return_columns_from_insert:
-        return sql_query(f"{update} RETURNING {returning}", [*params, *keys], t=model)
-    sql_query(update, [*params, *keys], t=model)
-    return sql_query(f"SELECT {returning} FROM {{t}} {where}", keys, t=model)
+        return sql_query(f"{update} RETURNING {returning}", [*params, *keys, *also_params], t=model)
+    sql_query(update, [*params, *keys, *also_params], t=model)
+    return sql_query(f"SELECT {returning} FROM {{t}} {where}", [*keys, *also_params], t=model)
 
 
 def sql_execute_many(template: str, rows: Sequence[Sequence[Any]], **models: type[Model]) -> None:

@@ -20,7 +20,7 @@ from delivery.services.claims import (
 from delivery.services.fanout import ClaimOffer, FanoutEvent, notifications_fan_out
 from delivery.services.operations import PING_TYPE, notification_resend, subscription_recover, subscription_send_test
 from delivery.services.record import GONE_REASON, REFUSED_REASON, notifications_record, retry_delay
-from delivery.services.retention import RETENTION_BATCH, notifications_delete_before
+from delivery.services.retention import RETENTION_BATCH, notifications_delete_before, notifications_partitions_make
 from delivery.services.subscriptions import (
     EXPIRED_WHILE_DISABLED,
     ROTATION_OVERLAP,
@@ -52,6 +52,7 @@ __all__ = [
     "notifications_claim",
     "notifications_delete_before",
     "notifications_fan_out",
+    "notifications_partitions_make",
     "notifications_record",
     "notifications_release",
     "notifications_release_dead_claims",

@@ -17,8 +17,10 @@ from core.db import db_datetime, db_uuid, rows_by_key, sql_query, sql_update_ret
 from core.db.wakeups import Channel, notify
 from core.fairness import ShareRule, round_robin
 from core.ids import utcnow
+from core.partitions import within
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
+from delivery.partitions import OPEN
 from delivery.tries import ClaimedNotification
 
 # A delivery loop's claim on a notification, at least (see `lease_length`).
@@ -184,15 +186,23 @@ def _due_rows(
             f" AND (s.{{s.tenant}} IS NULL OR s.{{s.tenant}} NOT IN ({', '.join(['%s'] * len(excluded_tenants))}))"
         )
     lock = " FOR UPDATE OF n SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
+    # Where the table is partitioned, both the due and the earlier open ones are sought in the
+    # window of the open notifications (delivery/partitions.py): no open one is older.
+    bounds = OPEN.bounds(now=now)
+    window, window_params = within(bounds, "n.{n.notification_id}")
+    earlier_window, _ = within(bounds, "e.{n.notification_id}")
     return sql_query(
         "SELECT n.{n.notification_id}, n.{n.subscription}, s.{s.tenant} FROM {n} n "
         "INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
-        "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) AND n.{n.next_attempt_at} <= %s "
-        "AND s.{s.enabled}" + not_excluded + " AND NOT EXISTS (SELECT 1 FROM {n} e "
+        "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) AND n.{n.next_attempt_at} <= %s"
+        + window
+        + " AND s.{s.enabled}"
+        + not_excluded
+        + " AND NOT EXISTS (SELECT 1 FROM {n} e "
         "WHERE e.{n.subscription} = n.{n.subscription} AND e.{n.aggregate_id} = n.{n.aggregate_id} "
-        "AND e.{n.next_attempt_at} IS NOT NULL AND e.{n.event_seq} < n.{n.event_seq}) "
+        "AND e.{n.next_attempt_at} IS NOT NULL AND e.{n.event_seq} < n.{n.event_seq}" + earlier_window + ") "
         "ORDER BY n.{n.next_attempt_at}, n.{n.event_seq} LIMIT %s" + lock,
-        [now, now, *excluded, *excluded_tenants, limit],
+        [now, now, *window_params, *excluded, *excluded_tenants, *window_params, limit],
         n=Notification,
         s=Subscription,
     )
@@ -232,13 +242,17 @@ def notifications_release_dead_claims(*, live_sessions: Iterable[str], looked_at
     with transaction.atomic():
         # Held claims only (a recorded try clears its lease), along event_notifications_claimed:
         # the watchdog runs this every pass, and the open notifications of a burst are many.
+        held = Notification.objects.filter(
+            locked_until__gt=looked_at,
+            locked_until__lte=looked_at + lease_length(),  # claimed at `looked_at` or before
+            claimed_by__isnull=False,
+        )
+        # A claim is open (its next try is its lease's end): in the window of the open ones.
+        bounds = OPEN.bounds(now=looked_at)
+        if bounds is not None:
+            held = held.filter(notification_id__gte=bounds[0], notification_id__lt=bounds[1])
         held = (
-            Notification.objects.filter(
-                locked_until__gt=looked_at,
-                locked_until__lte=looked_at + lease_length(),  # claimed at `looked_at` or before
-                claimed_by__isnull=False,
-            )
-            .exclude(claimed_by__in=list(live_sessions))
+            held.exclude(claimed_by__in=list(live_sessions))
             .select_for_update(skip_locked=True)  # never waits, so never deadlocks
             .order_by()
         )

@@ -14,9 +14,11 @@ from django.db import connection, transaction
 
 from core.db import db_datetime, db_param, db_uuid, insert_many, rows_by_key, sql_query
 from core.db.wakeups import Channel, notify
-from core.ids import new_id, utcnow
+from core.ids import new_id_dated_as, utcnow
+from core.partitions import within
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
+from delivery.partitions import OPEN
 from delivery.services.claims import lease_length
 from delivery.tries import ClaimedNotification
 
@@ -60,9 +62,13 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | 
     if not subscriptions:
         return 0
     now = utcnow()
+    # Each notification's id bears its event's time (core.ids.new_id_dated_as): an event's
+    # notifications share the day of their partition (delivery/partitions.py), so a redelivered
+    # event meets its (event, subscription) pair there, which the partition keeps unique.
+    event_ids = {id(event): uuid.UUID(str(event.envelope["id"])) for event in events}
     rows = [
         {
-            "notification_id": new_id(),
+            "notification_id": new_id_dated_as(event_ids[id(event)]),
             "subscription_id": subscription.subscription_id,
             "tenant_id": event.envelope["tenantId"],
             "event_id": event.envelope["id"],
@@ -108,14 +114,16 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
         return []
     aggregates = {aggregate: uuid.UUID(str(aggregate)) for aggregate in {row["aggregate_id"] for row in rows}}
     # The queues with an open notification: their new ones wait behind it (index-only walk of
-    # event_notifications_open). Compared as read: the few keys below are made in the columns'
-    # form, not each row read turned back into UUIDs (a burst has many open).
+    # event_notifications_open; in the window of the open ones where the table is partitioned).
+    # Compared as read: the few keys below are made in the columns' form, not each row read
+    # turned back into UUIDs (a burst has many open).
+    window, bounds = within(OPEN.bounds(now=now), "{n.notification_id}")
     waiting = set(
         sql_query(
-            "SELECT {n.subscription}, {n.aggregate_id} FROM {n} WHERE {n.next_attempt_at} IS NOT NULL "
+            "SELECT {n.subscription}, {n.aggregate_id} FROM {n} WHERE {n.next_attempt_at} IS NOT NULL" + window + " "
             f"AND {{n.subscription}} IN ({', '.join(['%s'] * len(enabled))}) "
             f"AND {{n.aggregate_id}} IN ({', '.join(['%s'] * len(aggregates))})",
-            [*enabled, *sorted(aggregates.values())],
+            [*bounds, *enabled, *sorted(aggregates.values())],
             n=Notification,
         )
     )

@@ -11,7 +11,9 @@ from django.db import transaction
 from core.db.wakeups import Channel, notify
 from core.errors import NotFound
 from core.ids import new_id, utcnow
+from core.partitions import CLOCK_MARGIN, is_partitioned
 from delivery.models import Notification
+from delivery.partitions import NOTIFICATION_DAYS
 from delivery.services.subscriptions import locked_subscription
 
 PING_TYPE = "ServiceAgentPing"
@@ -57,11 +59,15 @@ def subscription_recover(*, tenant_id: str | None, subscription_id: uuid.UUID | 
         subscription = locked_subscription(tenant_id, subscription_id)
         now = utcnow()
         notify(Channel.DELIVERY)
-        return Notification.objects.filter(
+        rows = Notification.objects.filter(
             subscription=subscription,
             state__in=[Notification.State.FAILED, Notification.State.EXPIRED],
             event_created_at__gte=since,
-        ).update(
+        )
+        if is_partitioned(NOTIFICATION_DAYS.table):
+            # A notification's id bears its event's time: only the days since `since` are read.
+            rows = rows.filter(notification_id__gte=NOTIFICATION_DAYS.key_at(since - CLOCK_MARGIN))
+        return rows.update(
             state=Notification.State.PENDING,
             step=0,
             next_attempt_at=now,

@@ -1,4 +1,5 @@
-"""Notifications' retention: what is final and old is deleted in batches (docs/events.md)."""
+"""Notifications' retention: what is final and old is deleted in batches, or, where the table is
+partitioned by day (PostgreSQL), dropped a whole day at a time (docs/events.md)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,19 @@ from datetime import datetime
 
 from django.db import transaction
 
+from core.partitions import drop, is_partitioned, make_ahead, partition_of, partitions
 from delivery.models import Notification, Subscription
+from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS, OPEN_SQL
 
 # Rows deleted per retention transaction: each holds the write lock a due timer waits for.
 RETENTION_BATCH = 1000
+
+# What keeps a day's partition: an open notification of an enabled subscription (a disabled
+# one's would expire on re-enabling, and goes with the rest, as below).
+_STILL_OPEN = (
+    f"p.{OPEN_SQL} AND EXISTS (SELECT 1 FROM {Subscription._meta.db_table} s "
+    f"WHERE s.{Subscription._meta.pk.column} = p.{Notification._meta.get_field('subscription').column} AND s.enabled)"
+)
 
 
 def notifications_delete_before(
@@ -26,11 +36,47 @@ def notifications_delete_before(
     that long would expire on re-enabling anyway, and a subscription left disabled must not
     collect rows for ever. Returns the count.
 
-    Subscription by subscription, along event_notifications_sub_new; see docs/events.md."""
+    Where the table is partitioned (PostgreSQL), a day whose notifications are all of events
+    older than `before` and none is open goes whole: its partition is dropped with its tries'
+    (counted by PostgreSQL's estimate of its rows). A day with an open one keeps its partition
+    and loses the rest row by row, as does what no day's partition holds (a converted table's
+    past, the DEFAULT partition's strays); a day not yet wholly past `before` waits for the next
+    run. Subscription by subscription, along event_notifications_sub_new; see docs/events.md."""
+    if not is_partitioned(NOTIFICATION_DAYS.table):
+        return _delete_final(Notification.objects.all(), before, batch_size, write_guard)
+    deleted = 0
+    days = [p for p in partitions(NOTIFICATION_DAYS) if not p.default and p.lower is not None]
+    kept = [(None, days[0].lower if days else None)]
+    for day in days:
+        if day.upper is None or day.upper > before:
+            break
+        tries = partition_of(NOTIFICATION_DAYS, day, ATTEMPT_DAYS)
+        with write_guard():
+            dropped = drop(NOTIFICATION_DAYS, day, unless=_STILL_OPEN, with_=[(ATTEMPT_DAYS, tries)] if tries else [])
+        if dropped:
+            deleted += day.rows
+        else:
+            kept.append((day.lower, day.upper))
+    for lower, upper in kept:
+        rows = Notification.objects.all()
+        if lower is not None:
+            rows = rows.filter(notification_id__gte=NOTIFICATION_DAYS.key_at(lower))
+        if upper is not None:
+            rows = rows.filter(notification_id__lt=NOTIFICATION_DAYS.key_at(upper))
+        deleted += _delete_final(rows, before, batch_size, write_guard)
+    return deleted
+
+
+def _delete_final(
+    notifications: object,
+    before: datetime,
+    batch_size: int,
+    write_guard: Callable[[], AbstractContextManager[None]],
+) -> int:
     deleted = 0
     final = [Notification.State.SUCCEEDED, Notification.State.EXPIRED]
     for subscription_id, enabled in list(Subscription.objects.values_list("pk", "enabled")):
-        rows = Notification.objects.filter(subscription_id=subscription_id, created_at__lt=before)
+        rows = notifications.filter(subscription_id=subscription_id, created_at__lt=before)
         if enabled:
             rows = rows.filter(state__in=final)
         while True:
@@ -42,3 +88,9 @@ def notifications_delete_before(
             if len(ids) < batch_size:
                 break
     return deleted
+
+
+def notifications_partitions_make(*, now: datetime) -> list[str]:
+    """Where the tables are partitioned, today's partition of the notifications and of their
+    tries and the next days', where missing (core.partitions.make_ahead); the names made."""
+    return make_ahead(NOTIFICATION_DAYS, now=now) + make_ahead(ATTEMPT_DAYS, now=now)

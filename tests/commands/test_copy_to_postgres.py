@@ -102,11 +102,23 @@ def test_a_real_agent_moves_to_postgres_and_runs_a_call_there(tmp_path, empty_da
             cluster.stop()
         before = _counts_sqlite(sqlite_path)
         assert before["http_execution_log"] == 3 and before["event_delivery_attempts"] >= 12
+        # A loop run of five days ago: on PostgreSQL the history is partitioned by day, and the
+        # copy makes the partitions of the days its rows were made on (docs/schema.md).
+        with sqlite3.connect(sqlite_path) as conn:
+            conn.execute(
+                "UPDATE worker_loop_runs SET started_at = datetime(started_at, '-5 days') "
+                "WHERE id = (SELECT min(id) FROM worker_loop_runs)"
+            )
+            (old_day,) = conn.execute("SELECT date(min(started_at)) FROM worker_loop_runs").fetchone()
 
         out = _ok(manage(env, "copy_to_postgres", target_url))
         assert "every count checked" in out
         after = {table: _postgres(f"SELECT COUNT(*) FROM {table}", empty_database)[0][0] for table in TABLES}
         assert after == before
+        old = "SELECT DISTINCT tableoid::regclass::text FROM worker_loop_runs WHERE started_at < now() - interval '4 days'"
+        assert _postgres(old, empty_database) == [(f"worker_loop_runs_p{old_day.replace('-', '')}",)]
+        for table in ("outbox", "event_notifications", "event_delivery_attempts", "worker_loop_runs"):
+            assert _postgres(f"SELECT COUNT(*) FROM ONLY {table}_default", empty_database) == [(0,)], table
         again = manage(env, "copy_to_postgres", target_url)
         assert again.returncode == 1 and "not empty" in again.stderr
 

@@ -7,6 +7,7 @@ which nothing in the tests listens on.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from core.ids import new_id, utcnow
+from core.ids import new_id, new_id_dated_as, utcnow
 from execution.http import HttpRequest
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import AttemptOrder, attempts_begin, attempts_finish
@@ -197,9 +198,12 @@ def make_event(
     payload: dict[str, Any] | None = None,
     correlation_id: str = "c",
     published_days_ago: float | None = None,
+    made_at: datetime | None = None,
 ) -> OutboxEvent:
     """An event appended by outbox_append in its own transaction (a fresh aggregate unless
-    given); with `published_days_ago`, marked published that long ago."""
+    given); with `published_days_ago`, marked published that long ago; with `made_at`, made
+    then (its id dated then, as new_id would have made it: where the outbox is partitioned, it
+    moves to that day's partition)."""
     event = NewEvent(
         tenant_id=tenant_id,
         aggregate_id=aggregate_id if aggregate_id is not None else new_id(),
@@ -216,6 +220,14 @@ def make_event(
             OutboxEvent.objects.filter(event_id=event_id).update(
                 published_at=utcnow() - timedelta(days=published_days_ago)
             )
+        if made_at is not None:
+            made = new_id_dated_as(uuid.UUID(int=int(made_at.timestamp() * 1000) << 80))
+            envelope = OutboxEvent.objects.get(event_id=event_id).event_payload
+            envelope.update(id=str(made), timestampMs=int(made_at.timestamp() * 1000))
+            OutboxEvent.objects.filter(event_id=event_id).update(
+                event_id=made, created_at=made_at, event_payload=envelope
+            )
+            event_id = made
     return OutboxEvent.objects.get(event_id=event_id)
 
 

@@ -1,0 +1,430 @@
+"""History tables partitioned by day on PostgreSQL (docs/schema.md, "History partitioned by
+day"): the partitions listed, made ahead, dropped whole, and the window of a table's open rows.
+
+The append-only history (outbox events, event notifications and their delivery tries, loop runs)
+grows by a day's rows every day and goes by whole days. On PostgreSQL such a table is
+partitioned by RANGE of its time key: a UUID v7, whose first 48 bits are the milliseconds since
+the epoch it was made at (core.ids.new_id), or a time. Each partition holds one UTC day
+(`<table>_p20260501`); a table converted while it held rows keeps them in one partition, from
+the beginning to the day after its newest row (`<table>_past`); and a DEFAULT partition
+(`<table>_default`) takes a row no day's partition covers, so that an insert never fails for a
+missing partition. Retention drops a day's partition in one statement where DELETE went through
+it row by row.
+
+SQLite keeps plain tables: where a table is not partitioned every function here does nothing,
+lists nothing, or answers None, and the callers keep their plain queries.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
+
+DAY = timedelta(days=1)
+# Days' partitions made ahead of today, by the migration and by every retention run: a day's rows
+# never wait in the DEFAULT partition while the retention loop runs at all (hourly).
+AHEAD_DAYS = 2
+# How long a retention drop waits for its table's lock: every query of the table queues behind
+# it meanwhile, so it gives up soon and tries again at the next run.
+DROP_LOCK_TIMEOUT = "500ms"
+# How long the making of a day's partition waits for its locks.
+MAKE_LOCK_TIMEOUT = "5s"
+
+
+def day_start(at: datetime) -> datetime:
+    """The UTC midnight that begins `at`'s day."""
+    at = at.astimezone(UTC)
+    return datetime(at.year, at.month, at.day, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class DailyPartitions:
+    """How one table is partitioned: by day of `column`, a UUID v7 (`uuid7`) or a time."""
+
+    table: str
+    column: str
+    uuid7: bool = True
+
+    def key_at(self, at: datetime) -> uuid.UUID | datetime:
+        """The lowest key made at `at` or later: a bound of the partitions' ranges and of the
+        queries that name a time (every UUID v7 made before `at` is below it)."""
+        if not self.uuid7:
+            return at
+        return uuid.UUID(int=max(0, int(at.timestamp() * 1000)) << 80)
+
+    def time_of(self, key: uuid.UUID | datetime) -> datetime:
+        """When `key` was made (to the millisecond for a UUID v7)."""
+        if isinstance(key, datetime):
+            return key
+        return datetime.fromtimestamp((key.int >> 80) / 1000, tz=UTC)
+
+    def partition_name(self, day: date) -> str:
+        return f"{self.table}_p{day:%Y%m%d}"
+
+    @property
+    def default_name(self) -> str:
+        return f"{self.table}_default"
+
+    @property
+    def past_name(self) -> str:
+        return f"{self.table}_past"
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition: its keys from `lower` (None: from the lowest) to `upper` (excluded)."""
+
+    name: str
+    lower: datetime | None
+    upper: datetime | None
+    default: bool = False
+    # PostgreSQL's estimate of its rows (pg_class.reltuples; 0 before its first ANALYZE).
+    rows: int = 0
+
+
+def _quote(using: str, name: str) -> str:
+    return connections[using].ops.quote_name(name)
+
+
+# Whether a table is partitioned, by database alias and table; a migration that converts one
+# forgets what was known (forget_partitioning).
+_PARTITIONED: dict[tuple[str, str], bool] = {}
+
+
+def is_partitioned(table: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether `table` is partitioned (never on SQLite). Asked of the catalog once per process."""
+    known = _PARTITIONED.get((using, table))
+    if known is None:
+        connection = connections[using]
+        known = False
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass(%s))",
+                    [_quote(using, table)],
+                )
+                known = bool(cursor.fetchone()[0])
+        _PARTITIONED[(using, table)] = known
+    return known
+
+
+def forget_partitioning() -> None:
+    _PARTITIONED.clear()
+
+
+_BOUND = re.compile(r"FOR VALUES FROM \((.+)\) TO \((.+)\)")
+
+
+def partitions(spec: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> list[Partition]:
+    """The table's partitions, oldest first, the DEFAULT one last; none where it is not
+    partitioned."""
+    if not is_partitioned(spec.table, using=using):
+        return []
+    with connections[using].cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_expr(c.relpartbound, c.oid), c.reltuples FROM pg_inherits i "
+            "JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = to_regclass(%s)",
+            [_quote(using, spec.table)],
+        )
+        rows = cursor.fetchall()
+    found = []
+    for name, bound, estimate in rows:
+        count = max(0, int(estimate))
+        if bound == "DEFAULT":
+            found.append(Partition(name, None, None, default=True, rows=count))
+            continue
+        matched = _BOUND.fullmatch(bound)
+        if matched is None:
+            raise ValueError(f"{name}: a partition bound this module does not make: {bound}")
+        lower, upper = (_bound_time(spec, value) for value in matched.groups())
+        found.append(Partition(name, lower, upper, rows=count))
+    return sorted(found, key=lambda p: (p.default, p.lower or datetime.min.replace(tzinfo=UTC)))
+
+
+def _bound_time(spec: DailyPartitions, value: str) -> datetime | None:
+    if value in ("MINVALUE", "MAXVALUE"):
+        return None
+    text = value.strip("'")
+    if spec.uuid7:
+        return spec.time_of(uuid.UUID(text))
+    return datetime.fromisoformat(text).astimezone(UTC)
+
+
+def _overlaps(partition: Partition, lower: datetime, upper: datetime) -> bool:
+    if partition.default:
+        return False
+    return (partition.lower is None or partition.lower < upper) and (partition.upper is None or lower < partition.upper)
+
+
+def make_days(spec: DailyPartitions, days: Iterable[date], *, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """Make the partitions of `days` that no partition covers yet; returns their names. Each in
+    a transaction of its own, the clusters taking turns (an advisory lock per table). A new
+    partition is made apart and then attached, which holds none of the table's reads or writes
+    (CREATE TABLE ... PARTITION OF would lock the whole table), and it takes over the rows of its
+    day that waited in the DEFAULT partition."""
+    if not is_partitioned(spec.table, using=using):
+        return []
+    made = []
+    for day in sorted(set(days)):
+        lower = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{MAKE_LOCK_TIMEOUT}'")
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"partitions:{spec.table}"])
+            existing = partitions(spec, using=using)
+            if any(_overlaps(p, lower, lower + DAY) for p in existing):
+                continue
+            _make(cursor, spec, spec.partition_name(day), lower, lower + DAY, existing=existing, using=using)
+            made.append(spec.partition_name(day))
+    return made
+
+
+def make_ahead(spec: DailyPartitions, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """Today's partition and AHEAD_DAYS days' after it, where missing."""
+    today = day_start(now).date()
+    return make_days(spec, [today + timedelta(days=n) for n in range(AHEAD_DAYS + 1)], using=using)
+
+
+def _make(
+    cursor: Any,
+    spec: DailyPartitions,
+    name: str,
+    lower: datetime,
+    upper: datetime,
+    *,
+    existing: list[Partition],
+    using: str,
+) -> None:
+    q = connections[using].ops.quote_name
+    table, column = q(spec.table), q(spec.column)
+    cursor.execute(f"CREATE TABLE {q(name)} (LIKE {table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)")
+    # Every partition holds the table's own unique indexes: those of the DEFAULT one (or the
+    # newest), named after the new one.
+    default = next((p.name for p in existing if p.default), None)
+    template = default or (existing[-1].name if existing else None)
+    if template is not None:
+        for unique in local_uniques(cursor, template, quote=q):
+            cursor.execute(unique.statement(name, q))
+    if default is not None:
+        columns = ", ".join(q(c) for c in _columns(cursor, spec.table))
+        within = f"{column} >= %s AND {column} < %s"
+        bounds = [spec.key_at(lower), spec.key_at(upper)]
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM ONLY {q(default)} WHERE {within})", bounds)
+        if cursor.fetchone()[0]:
+            cursor.execute(
+                f"INSERT INTO {q(name)} ({columns}) SELECT {columns} FROM ONLY {q(default)} WHERE {within}", bounds
+            )
+            cursor.execute(f"DELETE FROM ONLY {q(default)} WHERE {within}", bounds)
+    cursor.execute(
+        f"ALTER TABLE {table} ATTACH PARTITION {q(name)} FOR VALUES FROM (%s) TO (%s)",
+        [spec.key_at(lower), spec.key_at(upper)],
+    )
+
+
+def _columns(cursor: Any, table: str) -> list[str]:
+    cursor.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped "
+        "ORDER BY attnum",
+        [f'"{table}"'],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+@dataclass(frozen=True)
+class LocalUnique:
+    """A unique index that one partition has of its own (see `local_uniques`): its name less the
+    partition's (or table's) name, and its definition (a constraint's, or the index's from USING)."""
+
+    name: str
+    suffix: str
+    constraint: bool
+    definition: str
+
+    def statement(self, target: str, quote: Any) -> str:
+        name = quote(local_name(target, self.suffix))
+        if self.constraint:
+            return f"ALTER TABLE {quote(target)} ADD CONSTRAINT {name} {self.definition}"
+        return f"CREATE UNIQUE INDEX {name} ON {quote(target)}{self.definition}"
+
+
+def local_uniques(cursor: Any, table: str, *, quote: Any, column: str | None = None) -> list[LocalUnique]:
+    """The unique indexes of `table` (a partition, or a plain table about to become one) that a
+    partitioned parent cannot hold: those not attached to an index of a parent, and, with
+    `column` (the partition key), those whose columns leave it out. PostgreSQL enforces a unique
+    index made on a partitioned table only if it holds the partition key; the others (the
+    outbox's `id`, a feed number per tenant) are made on each partition."""
+    cursor.execute(
+        "SELECT i.relname, con.contype, pg_get_constraintdef(con.oid), pg_get_indexdef(x.indexrelid), "
+        "(SELECT array_agg(a.attname::text) FROM pg_attribute a WHERE a.attrelid = x.indrelid "
+        "AND a.attnum = ANY (x.indkey)) "
+        "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+        "LEFT JOIN pg_constraint con ON con.conindid = x.indexrelid AND con.conrelid = x.indrelid "
+        "WHERE x.indrelid = to_regclass(%s) AND x.indisunique "
+        "AND NOT EXISTS (SELECT 1 FROM pg_inherits h WHERE h.inhrelid = x.indexrelid) ORDER BY i.relname",
+        [quote(table)],
+    )
+    return [
+        LocalUnique(
+            name=name,
+            suffix=name.removeprefix(f"{table}_"),
+            constraint=kind in ("p", "u"),
+            definition=constraint if kind in ("p", "u") else definition[definition.index(" USING ") :],
+        )
+        for name, kind, constraint, definition, columns in cursor.fetchall()
+        if column is None or column not in (columns or [])
+    ]
+
+
+def local_name(partition: str, suffix: str) -> str:
+    """The name of a partition's own index: `<partition>_<suffix>`, cut to PostgreSQL's 63 bytes."""
+    return f"{partition}_{suffix}"[:63]
+
+
+def drop(
+    spec: DailyPartitions,
+    partition: Partition,
+    *,
+    unless: str | None = None,
+    with_: Sequence[tuple[DailyPartitions, Partition]] = (),
+    using: str = DEFAULT_DB_ALIAS,
+) -> bool:
+    """Drop `partition` of `spec`'s table (with the partitions `with_` of other tables, whose
+    rows belong to its rows) in one transaction, unless a row of it meets `unless` (SQL on the
+    partition, aliased `p`). The check runs once the table is locked, so that no row it did not
+    see can be written meanwhile. The lock (ACCESS EXCLUSIVE on the parent table, which DROP
+    takes anyway) holds every query of the table for the few milliseconds of the check and the
+    drop; it is waited for DROP_LOCK_TIMEOUT at most. Returns whether it dropped."""
+    q = connections[using].ops.quote_name
+    both = [(spec, partition), *with_]
+    try:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
+            # A caller's own writes still to be checked (deferred foreign keys) would forbid the drop.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            for each, _ in both:
+                cursor.execute(f"LOCK TABLE ONLY {q(each.table)} IN ACCESS EXCLUSIVE MODE")
+            if unless is not None:
+                cursor.execute(f"SELECT EXISTS (SELECT 1 FROM ONLY {q(partition.name)} p WHERE {unless})")
+                if cursor.fetchone()[0]:
+                    return False
+            for _, each in both:
+                cursor.execute(f"DROP TABLE {q(each.name)}")
+    except OperationalError as exc:
+        # 55P03, lock_not_available: the lock was not had within DROP_LOCK_TIMEOUT.
+        if getattr(exc.__cause__, "sqlstate", None) == "55P03":
+            return False
+        raise
+    return True
+
+
+def partition_of(
+    spec: DailyPartitions, partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS
+) -> Partition | None:
+    """`other`'s partition with the same range as `partition` (its rows' rows), if any."""
+    return next(
+        (
+            p
+            for p in partitions(other, using=using)
+            if not p.default and p.lower == partition.lower and p.upper == partition.upper
+        ),
+        None,
+    )
+
+
+class OpenWindow:
+    """The range of keys that a table's open rows (unpublished events, notifications with a next
+    try) can have, for the loops' queries of them, which then plan and read only the partitions
+    in it rather than every partition retention keeps.
+
+    From the oldest partition holding an open row (or yesterday's start, whichever is older) to
+    the end of tomorrow: new rows are made with keys of now. The oldest is looked for at most
+    every `ttl` seconds per process, one index probe of each older partition's partial index,
+    so a row opened meanwhile below the window (an operator's resend of an old notification, an
+    event published a day late) is found within `ttl` seconds; a row whose key is more than a day
+    ahead of this host's clock waits until the window reaches it. `bounds` is None where the
+    table is not partitioned: the queries stay as they are."""
+
+    def __init__(self, spec: DailyPartitions, open_rows: str, *, ttl: float = 1.0) -> None:
+        self.spec, self.open_rows, self.ttl = spec, open_rows, ttl
+        self._floors: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def bounds(self, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> tuple[Any, Any] | None:
+        if not is_partitioned(self.spec.table, using=using):
+            return None
+        upper = self.spec.key_at(day_start(now) + 2 * DAY)
+        with self._lock:
+            cached = self._floors.get(using)
+        if cached is None or time.monotonic() - cached[0] >= self.ttl:
+            cached = (time.monotonic(), open_floor(self.spec, self.open_rows, now=now, using=using))
+            with self._lock:
+                self._floors[using] = cached
+        return cached[1], upper
+
+    def forget(self) -> None:
+        with self._lock:
+            self._floors.clear()
+
+
+def open_floor(spec: DailyPartitions, open_rows: str, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> Any:
+    """The start of the day of the lowest key an open row (`open_rows`, SQL on the table) has now,
+    or of yesterday where every open row is younger: one probe of the partial index of each
+    partition holding older keys (those retention keeps, a converted table's past, the DEFAULT
+    partition). A day's start, so that the bound takes in each partition of the window whole:
+    a query's planner then sees nothing to gain from the key's own index, and keeps to the
+    partial index of the open rows."""
+    q = connections[using].ops.quote_name
+    cap = spec.key_at(day_start(now) - DAY)
+    older = [p for p in partitions(spec, using=using) if p.default or p.lower is None or spec.key_at(p.lower) < cap]
+    if not older:
+        return cap
+    column = q(spec.column)
+    # min() of the text of a UUID (PostgreSQL 15 has none of a UUID; the text sorts alike): an
+    # aggregate, so each probe reads the partial index of the open rows, never the key's index.
+    lowest_key = f"min({column}::text)" if spec.uuid7 else f"min({column})"
+    probes = " UNION ALL ".join(
+        f"SELECT {lowest_key} AS k FROM ONLY {q(p.name)} WHERE {open_rows} AND {column} < %s" for p in older
+    )
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT min(k) FROM ({probes}) AS probes", [cap] * len(older))
+        lowest = cursor.fetchone()[0]
+    if lowest is None:
+        return cap
+    made = spec.time_of(uuid.UUID(lowest) if spec.uuid7 else lowest)
+    return min(spec.key_at(day_start(made)), cap)
+
+
+def within(bounds: tuple[Any, Any] | None, column: str) -> tuple[str, list[Any]]:
+    """`bounds` (an OpenWindow's) as SQL to add to a query's WHERE, ` AND <column> >= %s AND
+    <column> < %s`, and its two values; nothing without bounds."""
+    if bounds is None:
+        return "", []
+    return f" AND {column} >= %s AND {column} < %s", list(bounds)
+
+
+# How far a row's key may be older than the key of the row it follows from (a call's events and
+# notifications, dated by other hosts' clocks than the call's id): the bound of `made_since`.
+CLOCK_MARGIN = timedelta(hours=1)
+
+
+def made_since(spec: DailyPartitions, origin: uuid.UUID | str, *, using: str = DEFAULT_DB_ALIAS) -> Any:
+    """Where `spec`'s table is partitioned, the lowest key of a row made after `origin` (a UUID
+    v7: a call's id), less CLOCK_MARGIN: a bound that keeps a query of the rows that follow from
+    it (a call's events, its notifications) to the partitions from its day on. None elsewhere,
+    or for an id that is no UUID v7."""
+    if not is_partitioned(spec.table, using=using):
+        return None
+    try:
+        key = origin if isinstance(origin, uuid.UUID) else uuid.UUID(str(origin))
+    except ValueError:
+        return None
+    if key.version != 7:
+        return None
+    return spec.key_at(spec.time_of(key) - CLOCK_MARGIN)
