@@ -31,7 +31,7 @@ from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
 from tests.delivery.receivers import receiving
 from tests.support.factories import make_call
-from tests.support.nats import NATS_TEST_URL, jetstream_available, run_js
+from tests.support.nats import KEEP_PREFIX, NATS_TEST_URL, jetstream_available, run_js
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
@@ -86,20 +86,19 @@ def create_agent_stream(stream: str, subjects: str) -> None:
 
 
 # A run of this test takes under two minutes: a test stream older than this was left behind by
-# a run that was killed before its clean-up, and would stay on the server for ever.
+# a run that was killed before its clean-up, and would stay on the server for ever; a stream of
+# tests/support/nats.py's `store_kept` stands for a whole session, never this long.
 STALE_TEST_STREAM = timedelta(minutes=10)
+STALE_KEEP_STREAM = timedelta(hours=6)
 
 
 def remove_stale_test_streams() -> None:
     async def remove(js) -> None:
         for info in await js.streams_info():
-            created = info.created
-            if (
-                info.config.name.startswith("SA_TEST_")
-                and created is not None
-                and datetime.now(UTC) - created > STALE_TEST_STREAM
-            ):
-                await js.delete_stream(info.config.name)
+            name, created = info.config.name, info.created
+            stale = STALE_KEEP_STREAM if name.startswith(KEEP_PREFIX) else STALE_TEST_STREAM
+            if name.startswith("SA_TEST_") and created is not None and datetime.now(UTC) - created > stale:
+                await js.delete_stream(name)
 
     run_js(remove)
 
