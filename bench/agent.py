@@ -346,8 +346,8 @@ def bare_requests(*, url: str, count: int) -> dict:
 WEBHOOK_RECEIVERS = 2
 # After the drain's events are published, how long the window waits for every delivery.
 DELIVERY_TIMEOUT = 60.0
-# How long the drain waits for another stream on the same NATS server to free the agent's
-# subjects (serviceagent.>: one stream at a time may take them) before it skips NATS.
+# How long the drain waits for its stream to be made (NATS answering, no other stream on the
+# server taking its subjects) before it skips NATS.
 NATS_STREAM_WAIT = 20.0
 
 
@@ -460,7 +460,9 @@ class Delivery:
         self.receivers: list[tuple[Child, str]] = []
         suffix = secrets.token_hex(4)
         self.stream = f"BENCH_{suffix.upper()}"
-        self.prefix = f"serviceagent.bench{suffix}"  # inside the agent's stream subjects
+        # Subjects of its own (the agent's NATS_STREAM_SUBJECTS): runs on one server never meet.
+        self.prefix = f"bench{suffix}"
+        self.subjects = [f"{self.prefix}.>"]
         self.template = self.prefix + ".{tenantId}.{type}"
         self.nats_skipped = nats_unreachable_reason(nats_url)
         self.stream_made = False
@@ -478,7 +480,6 @@ class Delivery:
     def start(self) -> dict[str, str]:
         """Start the receivers; returns the qcluster's extra environment (NATS, when it answers)."""
         from delivery.services import subscription_create
-        from delivery.validation import validate_subscription
 
         self.start_receivers()
         if self.nats_skipped:
@@ -488,33 +489,35 @@ class Delivery:
         # lateness and submission phases publish nothing; the burst has a subscription of its own.
         subscription_create(
             tenant_id=None,
-            data=validate_subscription(
+            data=self._nats_subscription(
                 {
                     "kind": "nats",
                     "name": "NATS JetStream (off: the bench subscribes the drain's tenant only)",
                     "subjectTemplate": self.template,
                     "enabled": False,
-                },
-                operator=True,
+                }
             ),
         )
-        return {"NATS_URL": self.nats_url, "NATS_STREAM": self.stream, "NATS_SUBJECT_TEMPLATE": self.template}
+        return {
+            "NATS_URL": self.nats_url,
+            "NATS_STREAM": self.stream,
+            "NATS_STREAM_SUBJECTS": ",".join(self.subjects),
+            "NATS_SUBJECT_TEMPLATE": self.template,
+        }
 
     def make_stream(self, *, wait: float = NATS_STREAM_WAIT) -> None:
-        """The stream as the engine ensures it (subjects serviceagent.>, duplicate window 10 min),
-        made by the bench so that the bench deletes it. While another stream takes those subjects
-        (another run on the same server) it waits up to `wait`, then skips NATS."""
+        """The stream as the engine ensures it (the bench's own subjects, duplicate window 10 min),
+        made by the bench so that the bench deletes it. While it cannot be made (NATS not
+        answering, another stream taking those subjects) it waits up to `wait`, then skips NATS."""
         if self.nats_skipped or self.stream_made:
             return
         import nats.js.errors
         from nats.js.api import StreamConfig
 
-        from delivery.nats import DEFAULT_STREAM_SUBJECTS, MIN_DUPLICATE_WINDOW_S, subject_covers
+        from delivery.nats import MIN_DUPLICATE_WINDOW_S, subject_covers
 
         async def create(js: Any) -> str | None:
-            config = StreamConfig(
-                name=self.stream, subjects=list(DEFAULT_STREAM_SUBJECTS), duplicate_window=MIN_DUPLICATE_WINDOW_S
-            )
+            config = StreamConfig(name=self.stream, subjects=self.subjects, duplicate_window=MIN_DUPLICATE_WINDOW_S)
             try:
                 await js.add_stream(config)
                 return None
@@ -524,7 +527,7 @@ class Delivery:
                     for info in await js.streams_info()
                     if any(
                         subject_covers(mine, theirs) or subject_covers(theirs, mine)
-                        for mine in DEFAULT_STREAM_SUBJECTS
+                        for mine in self.subjects
                         for theirs in info.config.subjects or []
                     )
                 ]
@@ -538,11 +541,11 @@ class Delivery:
                 problem = f"{type(exc).__name__}: {exc}"
             if problem is None:
                 self.stream_made = True
-                log(f"delivery: NATS stream {self.stream} made, subjects {', '.join(DEFAULT_STREAM_SUBJECTS)}")
+                log(f"delivery: NATS stream {self.stream} made, subjects {', '.join(self.subjects)}")
                 return
             if time.monotonic() >= deadline:
                 self.nats_skipped = (
-                    f"the agent's stream ({', '.join(DEFAULT_STREAM_SUBJECTS)}) could not be made on NATS at "
+                    f"the agent's stream ({', '.join(self.subjects)}) could not be made on NATS at "
                     f"{self.nats_url} within {wait:.0f}s: {problem}"
                 )
                 log(f"delivery: NATS skipped: {self.nats_skipped}")
@@ -560,14 +563,22 @@ class Delivery:
             data = validate_subscription({"name": f"bench receiver {n}", "url": f"{url}/hook"})
             self.subscriptions[f"webhook-{n}"], _ = subscription_create(tenant_id=tenant_id, data=data)
         if self.stream_made:
-            data = validate_subscription(
-                {"kind": "nats", "name": "bench NATS", "subjectTemplate": self.template}, operator=True
-            )
+            data = self._nats_subscription({"kind": "nats", "name": "bench NATS", "subjectTemplate": self.template})
             self.subscriptions["nats"], _ = subscription_create(tenant_id=tenant_id, data=data)
         self.since = max(subscription.created_at for subscription in self.subscriptions.values())
         for subscription in self.subscriptions.values():
             subscription_send_test(tenant_id=tenant_id, subscription_id=subscription.subscription_id)
         log(f"delivery: subscribed {', '.join(self.subscriptions)} to {tenant_id}")
+
+    def _nats_subscription(self, data: dict[str, Any]) -> Any:
+        """A NATS subscription validated as the qclusters validate it: against this run's stream
+        subjects (their NATS_STREAM_SUBJECTS), not the bench process's default ones."""
+        from django.test import override_settings
+
+        from delivery.validation import validate_subscription
+
+        with override_settings(NATS_STREAM_SUBJECTS=self.subjects):
+            return validate_subscription(data, operator=True)
 
     def _ids(self) -> list[Any]:
         return [subscription.subscription_id for subscription in self.subscriptions.values()]

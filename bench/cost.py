@@ -9,8 +9,8 @@ fresh SQLite database, and counts what it costs:
   to the delivery loop, as in the engine), the `Deliverer` claims the rest, signs each webhook,
   sends it on the process's asyncio loop to the receivers (bench/receiver.py, a process each)
   and records every result, until every notification is delivered; with `--kind nats`, one
-  NATS JetStream subscription instead (a throwaway stream on BENCH_NATS_URL, published in
-  batches and acknowledged by the server);
+  NATS JetStream subscription instead (a throwaway stream on BENCH_NATS_URL, on subjects of its
+  own, published in batches and acknowledged by the server);
 - `call`: calls due now, drained as the engine drains them but in one thread: started and
   claimed in batches (`workers.pipeline.start_and_claim_overdue`), each attempt sent to the
   bench's target (bench/target.py, its own process) and the batch's outcomes recorded
@@ -124,26 +124,27 @@ def measure_delivery(calls: int, receivers: int, children: Children, *, nats: bo
     return {"count": calls * EVENTS_PER_CALL * receivers, "cpu_s": cpu, "wall_s": wall}
 
 
-def _nats_stream(url: str) -> str:
-    """A throwaway stream for the agent's subjects on the NATS server at `url` (its name is
-    returned), or SystemExit with the reason there is none."""
+def _nats_stream(url: str) -> dict[str, str]:
+    """A throwaway stream on the NATS server at `url`, on subjects of its own (`cost<hex>.>`,
+    so runs and other agents on that server never meet), or SystemExit with the reason there is
+    none. Returns the agent's settings for it: NATS_STREAM, NATS_STREAM_SUBJECTS and
+    NATS_SUBJECT_TEMPLATE."""
     import secrets
 
     import nats.js.errors
     from nats.js.api import StreamConfig
 
     from bench.agent import _on_nats, nats_unreachable_reason
-    from delivery.nats import DEFAULT_STREAM_SUBJECTS, MIN_DUPLICATE_WINDOW_S
+    from delivery.nats import MIN_DUPLICATE_WINDOW_S
 
     reason = nats_unreachable_reason(url)
     if reason:
         raise SystemExit(f"--kind nats: {reason}")
-    name = f"COST_{secrets.token_hex(4).upper()}"
+    suffix = secrets.token_hex(4)
+    name, subjects = f"COST_{suffix.upper()}", f"cost{suffix}.>"
 
     async def create(js) -> str | None:
-        config = StreamConfig(
-            name=name, subjects=list(DEFAULT_STREAM_SUBJECTS), duplicate_window=MIN_DUPLICATE_WINDOW_S
-        )
+        config = StreamConfig(name=name, subjects=[subjects], duplicate_window=MIN_DUPLICATE_WINDOW_S)
         try:
             await js.add_stream(config)
         except nats.js.errors.APIError as exc:
@@ -152,10 +153,13 @@ def _nats_stream(url: str) -> str:
 
     problem = _on_nats(url, create)
     if problem:
-        raise SystemExit(
-            f"--kind nats: the stream could not be made on {url} (another run holds its subjects?): {problem}"
-        )
-    return name
+        raise SystemExit(f"--kind nats: the stream could not be made on {url}: {problem}")
+    log(f"NATS stream {name} made on {url}, subjects {subjects}")
+    return {
+        "NATS_STREAM": name,
+        "NATS_STREAM_SUBJECTS": subjects,
+        "NATS_SUBJECT_TEMPLATE": f"cost{suffix}.{{tenantId}}.{{type}}",
+    }
 
 
 def _nats_stream_delete(url: str, name: str) -> None:
@@ -426,8 +430,9 @@ def main() -> None:
         return
     stream = None
     if args.subject == "delivery" and args.kind == "nats":
-        stream = _nats_stream(NATS_URL)
-        os.environ.update({"NATS_URL": NATS_URL, "NATS_STREAM": stream})
+        nats_settings = _nats_stream(NATS_URL)
+        stream = nats_settings["NATS_STREAM"]
+        os.environ.update({"NATS_URL": NATS_URL, **nats_settings})
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as data_dir:
         # The floor's settings: the project's, with the floor view in the URLconf (bench/floor.py).
         os.environ.update(agent_env(Path(data_dir), DJANGO_SETTINGS_MODULE="bench.floor_settings"))

@@ -32,6 +32,7 @@ from delivery.nats_subjects import (
     subject_covers,
     subject_for,
     valid_msg_id,
+    validate_stream_subjects,
     validate_subject_template,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "subject_covers",
     "subject_for",
     "valid_msg_id",
+    "validate_stream_subjects",
     "validate_subject_template",
 ]
 

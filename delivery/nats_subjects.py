@@ -1,6 +1,6 @@
-"""NATS subjects for event delivery (docs/events.md): subject templates and message ids, as pure
-rules (what the API and admin need to validate a template, with no connection and no nats-py).
-The publisher that sends on them is delivery/nats.py."""
+"""NATS subjects for event delivery (docs/events.md): the stream's subjects, subject templates
+and message ids, as pure rules (what the settings, the API and the admin need to validate them,
+with no connection and no nats-py). The publisher that sends on them is delivery/nats.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# The stream's subjects unless NATS_STREAM_SUBJECTS says otherwise (docs/events.md, "NATS
+# JetStream"): agents sharing one NATS server each take subjects of their own.
 DEFAULT_STREAM_SUBJECTS = ("serviceagent.>",)
 DEFAULT_SUBJECT_TEMPLATE = "serviceagent.{tenantId}.{type}"
 SUBJECT_TEMPLATE_MAX_LENGTH = 200
@@ -38,8 +40,9 @@ def subject_for(template: str, envelope: Mapping[str, Any]) -> str:
     return subject
 
 
-def validate_subject_template(template: str, *, stream_subjects: Sequence[str] = DEFAULT_STREAM_SUBJECTS) -> str | None:
-    """Why a subject template is refused (one sentence for a 400), or None when it is fine."""
+def validate_subject_template(template: str, *, stream_subjects: Sequence[str]) -> str | None:
+    """Why a subject template is refused (one sentence for a 400 or a setting), or None when it
+    is fine: every subject it can make must fall inside the stream's subjects."""
     if not isinstance(template, str) or not 1 <= len(template) <= SUBJECT_TEMPLATE_MAX_LENGTH:
         return f"the subject template must be 1 to {SUBJECT_TEMPLATE_MAX_LENGTH} characters"
     try:
@@ -49,8 +52,36 @@ def validate_subject_template(template: str, *, stream_subjects: Sequence[str] =
     error = _subject_error(subject)
     if error:
         return error
-    if not any(subject_covers(pattern, subject) for pattern in stream_subjects):
-        return f"the subject {subject!r} falls outside the stream's subjects ({', '.join(stream_subjects)})"
+    # Each token with a placeholder stands for any token ('*'): `serviceagent.{tenantId}.x`
+    # falls inside `serviceagent.>`, not inside `serviceagent.acme.>`.
+    every = ".".join("*" if _PLACEHOLDER.search(token) else token for token in template.split("."))
+    if not any(subject_covers(pattern, every) for pattern in stream_subjects):
+        shown = (
+            f"the subject {subject!r} falls" if every == subject else f"its subjects {every!r} ('*': any value) fall"
+        )
+        return f"{shown} outside the stream's subjects ({', '.join(stream_subjects)})"
+    return None
+
+
+def validate_stream_subjects(subjects: Sequence[str]) -> str | None:
+    """Why a stream's subjects are refused (one sentence), or None: at least one, each a subject
+    of tokens of letters, digits, '-' and '_', or the wildcards '*' (one token) and '>' (the
+    last, for one token or more), and none already covered by another."""
+    if not subjects:
+        return "name at least one subject (e.g. serviceagent.>)"
+    for subject in subjects:
+        tokens = subject.split(".")
+        if not all(_TOKEN.fullmatch(token) or token == "*" for token in tokens[:-1]) or not (
+            _TOKEN.fullmatch(tokens[-1]) or tokens[-1] in ("*", ">")
+        ):
+            return (
+                f"{subject!r} is not a subject: its dot-separated tokens must be non-empty and use only "
+                "letters, digits, '-' and '_', or be '*' (any one token) or a last '>' (one token or more)"
+            )
+    for index, subject in enumerate(subjects):
+        for other in [*subjects[:index], *subjects[index + 1 :]]:
+            if subject_covers(other, subject):
+                return f"{subject!r} is already covered by {other!r} (a subject once is enough)"
     return None
 
 

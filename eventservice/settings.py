@@ -20,6 +20,7 @@ from core.env import (
     env_pair,
     env_str,
 )
+from delivery import nats_subjects
 from eventservice.database import database_pooler, database_settings, worker_pool_size
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -436,13 +437,17 @@ DELIVERY_POLL_INTERVAL_MS = env_int("DELIVERY_POLL_INTERVAL_MS", 50, minimum=1)
 DELIVERY_BATCH_SIZE = env_int("DELIVERY_BATCH_SIZE", 100, minimum=1)
 # Recurring schedules a tenant may have: each one makes a call per occurrence (docs/schedules.md).
 MAX_SCHEDULES_PER_TENANT = env_int("MAX_SCHEDULES_PER_TENANT", 100, minimum=1)
-# NATS JetStream: with a URL, an operator-wide subscription publishes every event to the stream
-# (ensured at start: subjects serviceagent.>, duplicate window 10 min).
+# NATS JetStream: every event to the stream, ensured at start on its own subjects (docs/events.md, "NATS JetStream").
 NATS_URL = env_str("NATS_URL", "").strip()
 NATS_STREAM = env_str("NATS_STREAM", "SERVICEAGENT").strip()
 if not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", NATS_STREAM):
     raise SettingsError(f"NATS_STREAM must use only letters, digits, '-' and '_', got {NATS_STREAM!r}")
-NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", "serviceagent.{tenantId}.{type}").strip()
+NATS_STREAM_SUBJECTS = env_list("NATS_STREAM_SUBJECTS", list(nats_subjects.DEFAULT_STREAM_SUBJECTS))
+if problem := nats_subjects.validate_stream_subjects(NATS_STREAM_SUBJECTS):
+    raise SettingsError(f"NATS_STREAM_SUBJECTS: {problem}")
+NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", nats_subjects.DEFAULT_SUBJECT_TEMPLATE).strip()
+if problem := nats_subjects.validate_subject_template(NATS_SUBJECT_TEMPLATE, stream_subjects=NATS_STREAM_SUBJECTS):
+    raise SettingsError(f"NATS_SUBJECT_TEMPLATE: {problem}; got {NATS_SUBJECT_TEMPLATE!r}")
 NATS_PUBLISH_TIMEOUT_MS = env_int("NATS_PUBLISH_TIMEOUT_MS", 5_000, minimum=100, maximum=60_000)
 
 # --- Logging --------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 
 from tenants.models import Membership
 from tests.support.factories import make_api_key, make_member, make_tenant, make_user
-from tests.support.nats import NATS_TEST_URL, jetstream_available
+from tests.support.nats import NATS_TEST_URL, jetstream_available, store_kept
 from tests.support.targets import TargetServer, serving_target
 
 
@@ -136,6 +136,17 @@ def pytest_collection_modifyitems(config, items):
         )
         for item in nats_items:
             item.add_marker(skip_nats)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nats_store_kept(request) -> Iterator[None]:
+    """While a session runs NATS tests, a stream of its own keeps the server's store directory
+    (tests/support/nats.py, `store_kept`): tests make and delete streams side by side."""
+    if not any(item.get_closest_marker("nats") for item in request.session.items) or not jetstream_available():
+        yield
+        return
+    with store_kept():
+        yield
 
 
 @pytest.fixture

@@ -50,7 +50,9 @@ class NatsChannel(Channel):
         if template is None:  # the default template applies
             return {}
         problem = (
-            validate_subject_template(template) if isinstance(template, str) else "A subject template is a string."
+            validate_subject_template(template, stream_subjects=settings.NATS_STREAM_SUBJECTS)
+            if isinstance(template, str)
+            else "A subject template is a string."
         )
         if problem:
             error("subjectTemplate", problem)
@@ -74,14 +76,17 @@ _publisher = None
 
 def nats_publisher() -> JetStreamPublisher:
     """The process's one JetStream publisher (its own event loop thread and connection),
-    made on first use; its stream is ensured then."""
+    made on first use; its stream (NATS_STREAM, taking NATS_STREAM_SUBJECTS) is ensured then."""
     global _publisher
     with _publisher_lock:
         if _publisher is None:
             from delivery.nats import JetStreamPublisher
 
             publisher = JetStreamPublisher(
-                url=settings.NATS_URL, stream=settings.NATS_STREAM, timeout_s=settings.NATS_PUBLISH_TIMEOUT_MS / 1000
+                url=settings.NATS_URL,
+                stream=settings.NATS_STREAM,
+                subjects=settings.NATS_STREAM_SUBJECTS,
+                timeout_s=settings.NATS_PUBLISH_TIMEOUT_MS / 1000,
             )
             try:
                 publisher.ensure_stream()

@@ -75,6 +75,23 @@ def test_a_nats_subscription_gets_no_secret_and_its_subject_template_is_checked(
     assert Subscription.objects.count() == 1
 
 
+def test_a_subject_template_is_checked_against_the_deployments_stream_subjects(admin_client, world, settings):
+    settings.NATS_STREAM_SUBJECTS = ["agent-eu.>"]  # another agent takes serviceagent.> on the server
+
+    refused = _add(admin_client, kind="nats", name="Default", url="", subject_template="serviceagent.{tenantId}.x")
+    assert refused.status_code == 200
+    assert refused.context["adminform"].form.errors["subject_template"] == [
+        "its subjects 'serviceagent.*.x' ('*': any value) fall outside the stream's subjects (agent-eu.>)"
+    ]
+    assert not Subscription.objects.exists()
+
+    assert (
+        _add(admin_client, kind="nats", name="Ours", url="", subject_template="agent-eu.{tenantId}.x").status_code
+        == 302
+    )
+    assert Subscription.objects.get().subject_template == "agent-eu.{tenantId}.x"
+
+
 def test_input_is_checked_by_delivery_validation_and_nothing_is_stored(admin_client, world):
     response = _add(admin_client, name="  ", url="ftp://files.example.com/x")
     assert response.status_code == 200

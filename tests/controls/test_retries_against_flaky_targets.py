@@ -10,16 +10,18 @@ they only tell "the next attempt did come" from "it came after Retry-After's 30 
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
+from django.core.management import call_command
 
 from execution.models import HttpExecution
 from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
-from tests.support.factories import make_call
+from tests.support.factories import make_call, make_tenant
 from tests.support.flaky import FlakyTarget, backoff_bounds_ms
 from tests.support.listeners import free_port
 from tests.support.waiting import wait_for
@@ -27,7 +29,9 @@ from tests.workers.cluster import Cluster
 from timer.models import TimerSchedule
 
 # serial: the gaps between a call's arrivals are held to its backoff's bounds, to the 5 ms.
-pytestmark = [pytest.mark.workers, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
+# No django_db mark: the module's tests share one cluster and one transactional database (the
+# `transactional_db` and `cluster` fixtures below), not flushed between tests.
+pytestmark = [pytest.mark.workers, pytest.mark.serial]
 
 SUBMITTED, SCHEDULED, RUNNING, RETRY, SUCCEEDED, FAILED = (
     OutboxEvent.Type.SUBMITTED,
@@ -42,15 +46,40 @@ SUBMITTED, SCHEDULED, RUNNING, RETRY, SUCCEEDED, FAILED = (
 SLACK_SECONDS = 3.0
 
 
-@pytest.fixture
-def cluster(transactional_db, world, tmp_path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module")
+def transactional_db(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """pytest-django's transactional_db, for the whole module (its name is what has pytest-django
+    set the test database up): the tests' writes are committed, for the cluster to read them, and
+    the tables are flushed once after the module's last test, as transactional_db does after each
+    (which would take the running cluster's worker sessions and task queue along)."""
+    with django_db_blocker.unblock():
+        try:
+            yield
+        finally:
+            call_command("flush", verbosity=0, interactive=False, reset_sequences=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(transactional_db, tmp_path_factory) -> Iterator[Cluster]:
+    """One qcluster for the module's tests: started and stopped once, not for each test (3 s
+    each). The tests never see each other's rows: each has a tenant of its own (`tenant`) and
+    reads back only its own calls."""
     # The product's default staleness: a heartbeat lagging on a loaded machine must not turn
     # an attempt in flight into Interrupted here (the crash tests use 3 s to recover fast).
-    running = Cluster(tmp_path, name="retries", WORKER_STALE_SECONDS="10").start()
+    running = Cluster(tmp_path_factory.mktemp("retries"), name="retries", WORKER_STALE_SECONDS="10").start()
     try:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def tenant(cluster) -> str:
+    """A tenant of this test's own, on the module's running cluster."""
+    return make_tenant(f"retries-{next(_TENANTS)}").pk
+
+
+_TENANTS = itertools.count(1)
 
 
 def _policy(**fields) -> dict:
@@ -153,9 +182,9 @@ def _assert_delays(
             assert gap < high / 1000 + SLACK_SECONDS
 
 
-def test_5xx_answers_are_retried_with_doubling_backoff_until_a_200(cluster, flaky):
+def test_5xx_answers_are_retried_with_doubling_backoff_until_a_200(tenant, flaky):
     policy = _policy(maxAttempts=5, minBackoffMs=300, maxBackoffMs=5000)
-    call = make_call("acme", name="5xx then ok", url=flaky.url(503, 502, 200), retry_policy=policy)
+    call = make_call(tenant, name="5xx then ok", url=flaky.url(503, 502, 200), retry_policy=policy)
 
     call = _wait_terminal(call)[call.pk]
 
@@ -171,10 +200,10 @@ def test_5xx_answers_are_retried_with_doubling_backoff_until_a_200(cluster, flak
     _assert_no_timer_left(call)
 
 
-def test_a_call_that_keeps_failing_stops_after_max_attempts_with_the_backoff_capped(cluster, flaky):
+def test_a_call_that_keeps_failing_stops_after_max_attempts_with_the_backoff_capped(tenant, flaky):
     # 200 ms, then 400 ms capped to maxBackoffMs 250 ms.
     policy = _policy(maxAttempts=3, minBackoffMs=200, maxBackoffMs=250)
-    call = make_call("acme", name="always 500", url=flaky.url(500), retry_policy=policy)
+    call = make_call(tenant, name="always 500", url=flaky.url(500), retry_policy=policy)
 
     call = _wait_terminal(call)[call.pk]
 
@@ -187,15 +216,15 @@ def test_a_call_that_keeps_failing_stops_after_max_attempts_with_the_backoff_cap
     _assert_delays(call, retries, [backoff_bounds_ms(policy, 1), backoff_bounds_ms(policy, 2)], flaky)
 
 
-def test_retry_after_on_a_429_is_honoured_and_clamped_to_max_backoff(cluster, flaky):
+def test_retry_after_on_a_429_is_honoured_and_clamped_to_max_backoff(tenant, flaky):
     honoured = make_call(
-        "acme",
+        tenant,
         name="429, retry after 1 s",
         url=flaky.url("429-ra1", 200),
         retry_policy=_policy(maxAttempts=2, minBackoffMs=100, maxBackoffMs=5000),
     )
     clamped = make_call(
-        "acme",
+        tenant,
         name="429, retry after 30 s",
         url=flaky.url("429-ra30", 200),
         retry_policy=_policy(maxAttempts=2, minBackoffMs=100, maxBackoffMs=700),
@@ -211,10 +240,10 @@ def test_retry_after_on_a_429_is_honoured_and_clamped_to_max_backoff(cluster, fl
         _assert_delays(call, retries, [(delay, delay)], flaky)
 
 
-def test_timeouts_are_retried_and_each_attempt_times_out_on_its_own(cluster, flaky):
+def test_timeouts_are_retried_and_each_attempt_times_out_on_its_own(tenant, flaky):
     policy = _policy(maxAttempts=3, minBackoffMs=200, maxBackoffMs=1000)
     call = make_call(
-        "acme",
+        tenant,
         name="slow twice",
         url=flaky.url("sleep2000", "sleep2000", 200),
         timeout_ms=300,
@@ -234,9 +263,9 @@ def test_timeouts_are_retried_and_each_attempt_times_out_on_its_own(cluster, fla
         assert arrivals[n].at - arrivals[n - 1].at >= 0.3 + (backoff_bounds_ms(policy, n)[0] - 5) / 1000
 
 
-def test_refused_connections_are_retried_as_network_errors(cluster):
+def test_refused_connections_are_retried_as_network_errors(tenant):
     policy = _policy(maxAttempts=3, minBackoffMs=200, maxBackoffMs=1000, retryOn=["NetworkError"])
-    call = make_call("acme", name="closed port", url=f"http://127.0.0.1:{free_port()}/", retry_policy=policy)
+    call = make_call(tenant, name="closed port", url=f"http://127.0.0.1:{free_port()}/", retry_policy=policy)
 
     call = _wait_terminal(call)[call.pk]
 
@@ -247,10 +276,10 @@ def test_refused_connections_are_retried_as_network_errors(cluster):
     _assert_delays(call, retries, [backoff_bounds_ms(policy, 1), backoff_bounds_ms(policy, 2)], None)
 
 
-def test_a_4xx_other_than_429_is_never_retried(cluster, flaky):
+def test_a_4xx_other_than_429_is_never_retried(tenant, flaky):
     policy = _policy(maxAttempts=5, minBackoffMs=100, maxBackoffMs=200)
     calls = [
-        make_call("acme", name=f"answers {status}", url=flaky.url(status, 200), retry_policy=policy)
+        make_call(tenant, name=f"answers {status}", url=flaky.url(status, 200), retry_policy=policy)
         for status in (400, 401, 404, 409, 422)
     ]
 
@@ -268,22 +297,22 @@ def test_a_4xx_other_than_429_is_never_retried(cluster, flaky):
     assert all(len(flaky.of(call.pk)) == 1 for call in calls)
 
 
-def test_failures_outside_retry_on_are_final(cluster, flaky):
+def test_failures_outside_retry_on_are_final(tenant, flaky):
     no_429 = make_call(
-        "acme",
+        tenant,
         name="429 not retried",
         url=flaky.url("429-ra1", 200),
         retry_policy=_policy(minBackoffMs=100, retryOn=["HttpError5xx"]),
     )
     no_timeout = make_call(
-        "acme",
+        tenant,
         name="timeout not retried",
         url=flaky.url("sleep2000", 200),
         timeout_ms=200,
         retry_policy=_policy(minBackoffMs=100, retryOn=["NetworkError"]),
     )
     no_network = make_call(
-        "acme",
+        tenant,
         name="refused not retried",
         url=f"http://127.0.0.1:{free_port()}/",
         retry_policy=_policy(minBackoffMs=100, retryOn=["Timeout", "HttpError5xx", "Http429"]),

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import nats
 import nats.errors
@@ -27,14 +30,17 @@ from nats.js.api import StreamConfig
 
 from core.ids import new_id, utcnow
 from delivery.nats import (
+    DEFAULT_STREAM_SUBJECTS,
     DEFAULT_SUBJECT_TEMPLATE,
     JetStreamError,
     JetStreamPublisher,
     PublishAck,
     subject_covers,
     subject_for,
+    validate_stream_subjects,
     validate_subject_template,
 )
+from tests.support.agent_process import ROOT, agent_env
 from tests.support.nats import NATS_TEST_URL, run_js
 from tests.support.waiting import wait_for
 
@@ -87,7 +93,7 @@ def test_it_refuses_unbalanced_braces():
     ],
 )
 def test_it_accepts_templates_under_the_stream(template):
-    assert validate_subject_template(template) is None
+    assert validate_subject_template(template, stream_subjects=DEFAULT_STREAM_SUBJECTS) is None
 
 
 @pytest.mark.parametrize(
@@ -108,12 +114,54 @@ def test_it_accepts_templates_under_the_stream(template):
     ],
 )
 def test_it_refuses_bad_templates(template, message):
-    assert message in validate_subject_template(template)
+    assert message in validate_subject_template(template, stream_subjects=DEFAULT_STREAM_SUBJECTS)
 
 
 def test_it_checks_templates_against_other_stream_subjects():
     assert validate_subject_template("events.{type}", stream_subjects=["events.>"]) is None
+    assert validate_subject_template("a.{tenantId}.{type}", stream_subjects=["b.>", "a.*.*"]) is None
     assert "outside" in validate_subject_template(DEFAULT_SUBJECT_TEMPLATE, stream_subjects=["events.>"])
+
+
+@pytest.mark.parametrize(
+    ("template", "subjects"),
+    [
+        # acme's events would fit; another tenant's, or another type's, would not.
+        ("events.{tenantId}.{type}", ["events.acme.>"]),
+        ("events.t-{tenantId}.{type}", ["events.t-acme.>"]),
+        ("events.acme.{type}", ["events.acme.ServiceCallSucceeded"]),
+        ("events.{tenantId}.{type}", ["events.*"]),
+    ],
+)
+def test_a_template_must_fit_the_stream_whatever_the_events_values(template, subjects):
+    assert "outside the stream's subjects" in validate_subject_template(template, stream_subjects=subjects)
+
+
+@pytest.mark.parametrize(
+    "subjects",
+    [["serviceagent.>"], ["serviceagent"], ["agent-eu.events.>", "agent-eu.audit"], ["a.*.b", "a.*.c.>"], [">"]],
+)
+def test_it_accepts_stream_subjects(subjects):
+    assert validate_stream_subjects(subjects) is None
+
+
+@pytest.mark.parametrize(
+    ("subjects", "message"),
+    [
+        ([], "name at least one subject"),
+        ([""], "'' is not a subject"),
+        (["a..b"], "'a..b' is not a subject"),
+        (["a.>.b"], "'a.>.b' is not a subject"),
+        (["a.b>"], "'a.b>' is not a subject"),
+        (["$JS.>"], "'$JS.>' is not a subject"),
+        (["a b.>"], "'a b.>' is not a subject"),
+        (["a.>", "a.b"], "'a.b' is already covered by 'a.>'"),
+        (["a.*", "a.b"], "'a.b' is already covered by 'a.*'"),
+        (["a.>", "a.>"], "'a.>' is already covered by 'a.>'"),
+    ],
+)
+def test_it_refuses_bad_stream_subjects(subjects, message):
+    assert message in validate_stream_subjects(subjects)
 
 
 @pytest.mark.parametrize(
@@ -473,6 +521,74 @@ def test_it_refuses_calls_after_close(publisher, stream):
         publisher.publish(subject=f"{stream.prefix}.acme.Type", payload=b"{}", msg_id="event-1")
 
 
+EVENTS_DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+# Publishes one event as the agent does at start: its settings checked, its stream ensured.
+PUBLISH_ONE = """
+from django.conf import settings
+from delivery.channels.nats import nats_publisher
+from delivery.nats_subjects import subject_for
+subject = subject_for(settings.NATS_SUBJECT_TEMPLATE, {"tenantId": "acme", "type": "ServiceAgentPing"})
+ack = nats_publisher().publish(subject=subject, payload=b"{}", msg_id="docs-example-1")
+print(ack.stream, subject)
+nats_publisher().close()
+"""
+
+
+def _documented_agent(suffix: str) -> dict[str, str]:
+    """docs/events.md's settings for an agent sharing its NATS server, named for this test
+    (AGENT_EU, agent-eu: SA_TEST_<hex>, satest<hex>) so that runs side by side never meet."""
+    [block] = re.findall(r"\n\n((?:    NATS_\w+=\S+\n)+)\n", EVENTS_DOC.read_text())
+    text = block.replace("AGENT_EU", f"SA_TEST_{suffix.upper()}").replace("agent-eu", f"satest{suffix}")
+    return dict(line.strip().split("=", 1) for line in text.splitlines())
+
+
+@pytest.mark.nats
+def test_agents_sharing_a_server_as_documented_each_publish_to_a_stream_of_their_own(tmp_path):
+    agents = [_documented_agent(secrets.token_hex(4)) for _ in range(2)]
+    assert {tuple(sorted(agent)) for agent in agents} == {
+        ("NATS_STREAM", "NATS_STREAM_SUBJECTS", "NATS_SUBJECT_TEMPLATE")
+    }
+    try:
+        running = [
+            subprocess.Popen(
+                [sys.executable, str(ROOT / "manage.py"), "shell", "--no-imports", "-c", PUBLISH_ONE],
+                cwd=ROOT,
+                env=agent_env(tmp_path / str(n), NATS_URL=NATS_TEST_URL, **agent),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for n, agent in enumerate(agents)
+        ]
+        for agent, proc in zip(agents, running, strict=True):
+            out, err = proc.communicate(timeout=60)
+            prefix = agent["NATS_STREAM_SUBJECTS"].removesuffix(".>")
+            assert (proc.returncode, out) == (0, f"{agent['NATS_STREAM']} {prefix}.acme.ServiceAgentPing\n"), err
+            info = run_js(lambda js, agent=agent: js.stream_info(agent["NATS_STREAM"]))
+            assert (info.config.subjects, info.state.messages) == ([agent["NATS_STREAM_SUBJECTS"]], 1)
+
+        # A third agent on the first one's subjects, under another stream name, is refused by
+        # the server with the reason: a subject belongs to one stream at a time.
+        taken = JetStreamPublisher(
+            url=NATS_TEST_URL, stream=f"{agents[0]['NATS_STREAM']}_B", subjects=[agents[0]["NATS_STREAM_SUBJECTS"]]
+        )
+        try:
+            with pytest.raises(JetStreamError, match="could not create JetStream stream .*overlap"):
+                taken.ensure_stream()
+        finally:
+            taken.close()
+    finally:
+        for agent in agents:
+            run_js(lambda js, agent=agent: _delete_stream(js, agent["NATS_STREAM"]))
+
+
+async def _delete_stream(js: JetStreamContext, name: str) -> None:
+    try:
+        await js.delete_stream(name)
+    except nats.js.errors.NotFoundError:
+        pass
+
+
 def test_it_refuses_a_short_duplicate_window_and_a_bad_stream_name():
     with pytest.raises(ValueError, match="at least 600s"):
         JetStreamPublisher(url=NATS_TEST_URL, duplicate_window_s=60)
@@ -567,8 +683,16 @@ def own_publisher(monkeypatch):
         senders._publisher.close()
 
 
+def _agent_settings(settings, stream: Stream) -> str:
+    """The agent's NATS settings on this test's own stream and subjects (NATS_STREAM_SUBJECTS),
+    as a deployment sharing the server with others sets them; returns the subject template."""
+    settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name
+    settings.NATS_STREAM_SUBJECTS = [f"{stream.prefix}.>"]
+    settings.NATS_SUBJECT_TEMPLATE = f"{stream.prefix}.{{tenantId}}.{{type}}"
+    return settings.NATS_SUBJECT_TEMPLATE
+
+
 @pytest.mark.nats
-@pytest.mark.serial  # the agent's stream takes serviceagent.>, one such stream at a time
 def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     transactional_db, world, settings, stream, own_publisher, monkeypatch
 ):
@@ -581,21 +705,16 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     from delivery.services import subscription_create, subscription_send_test
     from delivery.validation import SubscriptionInput
 
-    settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name
-    settings.NATS_SUBJECT_TEMPLATE = f"serviceagent.{stream.prefix}.{{tenantId}}.{{type}}"
+    template = _agent_settings(settings, stream)
     subscription, _ = subscription_create(
-        tenant_id="acme", data=SubscriptionInput(kind="nats", name="n", subject_template=settings.NATS_SUBJECT_TEMPLATE)
+        tenant_id="acme", data=SubscriptionInput(kind="nats", name="n", subject_template=template)
     )
-    try:
-        nats_publisher()  # the agent's stream (subjects serviceagent.>), as at start
-    except JetStreamError as error:
-        if "overlap" not in str(error):
-            raise
-        pytest.skip(f"another stream already takes serviceagent.> on this NATS: {error}")
+    nats_publisher()  # the agent's stream, as at start
+    assert run_js(lambda js: js.stream_info(stream.name)).config.subjects == [f"{stream.prefix}.>"]
     # A subscription whose subject no stream takes (set behind the validation's back): its tries
     # fail in the same batches, each on its own.
     stray, _ = subscription_create(
-        tenant_id="acme", data=SubscriptionInput(kind="nats", name="s", subject_template=settings.NATS_SUBJECT_TEMPLATE)
+        tenant_id="acme", data=SubscriptionInput(kind="nats", name="s", subject_template=template)
     )
     Subscription.objects.filter(pk=stray.pk).update(subject_template="elsewhere.{tenantId}.{type}")
     for n in range(16):
@@ -624,14 +743,14 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     assert len(notifications) == 12
     assert {n.state for n in notifications} == {Notification.State.SUCCEEDED}
     assert DeliveryAttempt.objects.filter(notification__subscription=subscription, n=1, error="").count() == 12
-    received = run_js(lambda js: _messages(js, stream.name, stream.prefix))
+    received = run_js(lambda js: _messages(js, stream.name, f"{stream.prefix}.>"))
     assert sorted((msg.headers["Nats-Msg-Id"], msg.data) for msg in received) == sorted(
         (n.envelope["id"], event_body(n.envelope).encode()) for n in notifications
     )
 
 
-async def _messages(js: JetStreamContext, stream: str, prefix: str) -> list:
-    sub = await js.pull_subscribe(f"serviceagent.{prefix}.>", stream=stream)
+async def _messages(js: JetStreamContext, stream: str, subjects: str) -> list:
+    sub = await js.pull_subscribe(subjects, stream=stream)
     messages = []
     try:
         while True:
@@ -721,7 +840,6 @@ def _delivered_both(rows) -> bool:
 
 
 @pytest.mark.nats
-@pytest.mark.serial  # the agent's stream takes serviceagent.>, one such stream at a time
 def test_an_event_of_accented_header_values_goes_to_nats_whole_as_utf8(
     transactional_db, world, settings, stream, own_publisher
 ):
@@ -731,22 +849,16 @@ def test_an_event_of_accented_header_values_goes_to_nats_whole_as_utf8(
     from delivery.services import subscription_create
     from delivery.validation import SubscriptionInput
 
-    settings.NATS_URL, settings.NATS_STREAM = NATS_TEST_URL, stream.name
-    template = f"serviceagent.{stream.prefix}.{{tenantId}}.{{type}}"
+    template = _agent_settings(settings, stream)
     subscription, _ = subscription_create(
         tenant_id="acme", data=SubscriptionInput(kind="nats", name="n", subject_template=template)
     )
-    try:
-        nats_publisher()
-    except JetStreamError as error:
-        if "overlap" not in str(error):
-            raise
-        pytest.skip(f"another stream already takes serviceagent.> on this NATS: {error}")
+    nats_publisher()
     headers = {f"X-Accented-{n}": "é" * 8192 for n in range(31)}
     _, rows = _call_events_through_the_loop(subscription, headers=headers)
 
     assert _delivered_both(rows), [(n.event_type, n.state, n.last_error) for n in rows]
-    received = run_js(lambda js: _messages(js, stream.name, stream.prefix))
+    received = run_js(lambda js: _messages(js, stream.name, f"{stream.prefix}.>"))
     submitted = next(msg for msg in received if msg.subject.endswith(".ServiceCallSubmitted"))
     assert "é" * 8192 in submitted.data.decode()  # UTF-8, not \u00e9 escapes
     envelope = json.loads(submitted.data)
@@ -776,7 +888,9 @@ def test_an_event_over_the_servers_max_payload_is_delivered_cut_and_the_calls_la
 
         assert _delivered_both(rows), [(n.event_type, n.state, n.last_error) for n in rows]
         assert nats_publisher()._nc.max_payload == 256 * 1024
-        received = run_js(lambda js: _messages(js, settings.NATS_STREAM, "acme"), url=settings.NATS_URL, timeout=20)
+        received = run_js(
+            lambda js: _messages(js, settings.NATS_STREAM, "serviceagent.acme.>"), url=settings.NATS_URL, timeout=20
+        )
     finally:
         server.stop()
     by_type = {msg.subject.rsplit(".", 1)[1]: msg for msg in received}

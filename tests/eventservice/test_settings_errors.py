@@ -46,6 +46,9 @@ def _assert_one_line(result: subprocess.CompletedProcess, name: str) -> str:
         ("CEILING_TEST_PINGS_PER_MINUTE", "\uff11\uff10"),
         ("EXECUTION_PER_TENANT", "999"),
         ("DELIVERY_PER_TENANT", "0"),
+        ("NATS_STREAM_SUBJECTS", "serviceagent..>"),
+        ("NATS_STREAM_SUBJECTS", ""),
+        ("NATS_SUBJECT_TEMPLATE", "other.{tenantId}.{type}"),
     ],
 )
 def test_a_malformed_value_stops_manage_py_with_one_line_naming_the_variable(tmp_path, name, value):
@@ -90,6 +93,24 @@ def test_debug_1_is_debug(tmp_path):
     )
 
     assert (result.returncode, result.stdout, result.stderr) == (0, "True\n", "")
+
+
+def test_the_subject_template_must_fall_inside_the_streams_own_subjects(tmp_path):
+    """Agents sharing one NATS server each take subjects of their own (docs/events.md, "NATS
+    JetStream"): the default template is refused outside the default subjects."""
+    line = _assert_one_line(manage(_env(tmp_path, NATS_STREAM_SUBJECTS="agent-eu.>"), "check"), "NATS_SUBJECT_TEMPLATE")
+    assert "subjects 'serviceagent.*.*' ('*': any value) fall outside the stream's subjects (agent-eu.>)" in line
+
+    result = manage(
+        _env(tmp_path, NATS_STREAM_SUBJECTS="agent-eu.>, agent-eu-audit", NATS_SUBJECT_TEMPLATE="agent-eu.{type}"),
+        "shell",
+        "--no-imports",
+        "-c",
+        "from django.conf import settings; print(settings.NATS_STREAM_SUBJECTS, settings.NATS_SUBJECT_TEMPLATE)",
+    )
+    assert (result.returncode, result.stdout) == (0, "['agent-eu.>', 'agent-eu-audit'] agent-eu.{type}\n"), (
+        result.stderr
+    )
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,8 @@ def flaky_target() -> Iterator[FlakyTarget]:
     target = FlakyTarget(host="127.0.0.1", port=0)
     httpd = _QuietServer(("127.0.0.1", 0), _make_handler(target))
     target.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # Polled every 50 ms, not 0.5 s: shutdown() waits for the poll, at the end of every test.
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield target

@@ -1,18 +1,22 @@
-"""The tests' own view of a NATS server: whether JetStream answers, and a bounded JetStream
-call on a connection of the test's own (never the agent's publisher)."""
+"""The tests' own view of a NATS server: whether JetStream answers, a bounded JetStream call on
+a connection of the test's own (never the agent's publisher), and the stream that keeps the
+server's store directory while tests make and delete theirs."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
 NATS_TEST_URL = os.environ.get("NATS_TEST_URL", "nats://127.0.0.1:4222")
+KEEP_PREFIX = "SA_TEST_KEEP_"  # the streams of `store_kept`, which stand as long as a session
 
 
 def jetstream_available(url: str = NATS_TEST_URL) -> bool:
@@ -46,3 +50,33 @@ def run_js(action: Callable[[Any], Any], *, url: str = NATS_TEST_URL, timeout: f
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, main()).result(timeout + 10)
+
+
+@contextmanager
+def store_kept(url: str = NATS_TEST_URL) -> Iterator[str]:
+    """A stream of its own (SA_TEST_KEEP_<hex>, subjects satestkeep<hex>.>, empty) for the
+    duration of the block; yields its name.
+
+    nats-server 2.9 removes the account's store directory with its last stream: a stream made
+    by another test at that moment fails with "could not create storage directory" (10077).
+    While this one stands, the count never falls to none. Tests on xdist workers make and
+    delete streams side by side (each its own, on subjects of its own)."""
+    suffix = secrets.token_hex(4)
+    name = f"{KEEP_PREFIX}{suffix.upper()}"
+
+    async def make(js: Any) -> None:
+        await js.add_stream(name=name, subjects=[f"satestkeep{suffix}.>"])
+
+    async def delete(js: Any) -> None:
+        import nats.js.errors
+
+        try:
+            await js.delete_stream(name)
+        except nats.js.errors.NotFoundError:  # removed as stale by another run meanwhile
+            pass
+
+    run_js(make, url=url)
+    try:
+        yield name
+    finally:
+        run_js(delete, url=url)

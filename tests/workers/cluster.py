@@ -82,7 +82,11 @@ class Cluster:
         )
         log.close()
         if wait:
-            self.wait_ready(since=started, timeout=timeout)
+            try:
+                self.wait_ready(since=started, timeout=timeout)
+            except BaseException:  # not ready (or the test's own query failed): none left running
+                self.kill()
+                raise
         return self
 
     def wait_ready(self, *, since: float, timeout: float) -> None:

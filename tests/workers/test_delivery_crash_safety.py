@@ -31,19 +31,18 @@ from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
 from tests.delivery.receivers import receiving
 from tests.support.factories import make_call
-from tests.support.nats import NATS_TEST_URL, jetstream_available, run_js
+from tests.support.nats import KEEP_PREFIX, NATS_TEST_URL, jetstream_available, run_js
 from tests.support.waiting import wait_for
 from tests.workers.cluster import Cluster
 
-# serial: a crash test, and its stream takes serviceagent.>, one such stream at a time.
-pytestmark = [pytest.mark.workers, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
+# Not serial: it kills only its own clusters, and its NATS stream takes subjects of its own
+# (NATS_STREAM_SUBJECTS), so it runs beside the other tests.
+pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
 CALLS = 60
 TENANTS = ("acme", "globex")
 # Receivers answer after a moment, so a kill lands while deliveries are on the wire.
 RECEIVER_PATH = "/delay/60"
-# The agent's publisher always ensures its stream with these subjects (delivery/nats.py).
-AGENT_STREAM_SUBJECTS = "serviceagent.>"
 FINAL_TIMEOUT = 45.0  # less than the least lease (delivery.services.LEASE, 60 s)
 
 CALL_EVENT_TYPES = ["ServiceCallSubmitted", "ServiceCallScheduled", "ServiceCallRunning"]
@@ -72,40 +71,34 @@ def submit_burst(http_target) -> list[str]:
 # --- NATS: the test's own view of the server ---------------------------------------------
 
 
-def create_agent_stream(stream: str) -> None:
-    """The stream as the agent ensures it at start (delivery/nats.py: subjects serviceagent.>,
-    duplicate window 10 min), made here first so that a stream already taking serviceagent.>
-    (another run of this test) is found before the burst: the server refuses overlapping
-    subjects, and then no publish of the clusters could succeed."""
-    from delivery.nats import JetStreamError, JetStreamPublisher
+def create_agent_stream(stream: str, subjects: str) -> None:
+    """The stream as the agent ensures it at start (delivery/nats.py: NATS_STREAM_SUBJECTS,
+    duplicate window 10 min), made here first so that a server refusing it (subjects another
+    stream takes) fails the test before the burst, and not each cluster's publishes."""
+    from delivery.nats import JetStreamPublisher
 
     remove_stale_test_streams()
-    publisher = JetStreamPublisher(url=NATS_TEST_URL, stream=stream)
+    publisher = JetStreamPublisher(url=NATS_TEST_URL, stream=stream, subjects=[subjects])
     try:
         assert publisher.ensure_stream() == "created"
-    except JetStreamError as error:
-        if "overlap" in str(error):
-            pytest.skip(f"another stream already takes {AGENT_STREAM_SUBJECTS} on this NATS: {error}")
-        raise
     finally:
         publisher.close()
 
 
 # A run of this test takes under two minutes: a test stream older than this was left behind by
-# a run that was killed before its clean-up, and would hold serviceagent.> for ever.
+# a run that was killed before its clean-up, and would stay on the server for ever; a stream of
+# tests/support/nats.py's `store_kept` stands for a whole session, never this long.
 STALE_TEST_STREAM = timedelta(minutes=10)
+STALE_KEEP_STREAM = timedelta(hours=6)
 
 
 def remove_stale_test_streams() -> None:
     async def remove(js) -> None:
         for info in await js.streams_info():
-            created = info.created
-            if (
-                info.config.name.startswith("SA_TEST_")
-                and created is not None
-                and datetime.now(UTC) - created > STALE_TEST_STREAM
-            ):
-                await js.delete_stream(info.config.name)
+            name, created = info.config.name, info.created
+            stale = STALE_KEEP_STREAM if name.startswith(KEEP_PREFIX) else STALE_TEST_STREAM
+            if name.startswith("SA_TEST_") and created is not None and datetime.now(UTC) - created > stale:
+                await js.delete_stream(name)
 
     run_js(remove)
 
@@ -205,7 +198,7 @@ def finished(call_ids: list[str], subscriptions: int) -> bool:
     [pytest.param(False, id="webhooks"), pytest.param(True, id="webhooks-and-nats", marks=pytest.mark.nats)],
 )
 def test_sigkill_of_the_workers_three_times_mid_delivery_loses_no_event_and_keeps_each_calls_order(
-    world, http_target, tmp_path, with_nats
+    world, http_target, tmp_path, settings, with_nats
 ):
     assert LEASE.total_seconds() > FINAL_TIMEOUT  # so the test fails should the claims wait for it
     if not with_nats and jetstream_available():
@@ -224,9 +217,18 @@ def test_sigkill_of_the_workers_three_times_mid_delivery_loses_no_event_and_keep
         if with_nats:
             suffix = secrets.token_hex(4)
             stream, token = f"SA_TEST_{suffix.upper()}", f"satest{suffix}"
-            create_agent_stream(stream)
-            template = f"serviceagent.{token}.{{tenantId}}.{{type}}"
-            env = {"NATS_URL": NATS_TEST_URL, "NATS_STREAM": stream, "NATS_SUBJECT_TEMPLATE": template, **timeouts}
+            # Subjects of its own, as an agent sharing the server with others takes them: the
+            # clusters get them through their environment, this process's validation too.
+            subjects, template = f"{token}.>", f"{token}.{{tenantId}}.{{type}}"
+            create_agent_stream(stream, subjects)
+            settings.NATS_STREAM_SUBJECTS = [subjects]
+            env = {
+                "NATS_URL": NATS_TEST_URL,
+                "NATS_STREAM": stream,
+                "NATS_STREAM_SUBJECTS": subjects,
+                "NATS_SUBJECT_TEMPLATE": template,
+                **timeouts,
+            }
             # Made before the burst (a subscription receives the events created from its creation
             # on), through the admin's validation; each engine's nats_subscription_ensure keeps it.
             subscription_create(
@@ -321,13 +323,13 @@ def test_sigkill_of_the_workers_three_times_mid_delivery_loses_no_event_and_keep
     if with_nats:
         # The stream de-duplicates a retry within ten minutes.
         assert duplicate_window == 600
-        ours = [m for m in nats_messages if m["subject"].startswith(f"serviceagent.{token}.")]
-        for message in ours:
+        # The stream is this test's alone (its own subjects): every message in it is one of ours.
+        for message in nats_messages:
             envelope = json.loads(message["data"])
-            assert message["subject"] == f"serviceagent.{token}.{envelope['tenantId']}.{envelope['type']}"
+            assert message["subject"] == f"{token}.{envelope['tenantId']}.{envelope['type']}"
         # Stream order: seq ascending, as read.
         report["nats"] = check_deliveries(
-            f"NATS stream {stream}", [(m["msg_id"], m["data"]) for m in ours], events_by_call
+            f"NATS stream {stream}", [(m["msg_id"], m["data"]) for m in nats_messages], events_by_call
         )
 
     succeeded = Notification.objects.filter(state=Notification.State.SUCCEEDED).count()
