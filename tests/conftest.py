@@ -96,6 +96,16 @@ def _ceilings_read_afresh():
     ceilings_forget()
 
 
+@pytest.fixture(autouse=True)
+def _open_windows_looked_for_afresh():
+    """Each test's loops look for the window of the open rows in its own database, not in the
+    process's one-second copy left by the test before (core.partitions.OpenWindow; PostgreSQL)."""
+    from tests.support.partitions import forget_windows
+
+    forget_windows()
+    yield
+
+
 @pytest.fixture
 def http_target() -> Iterator[TargetServer]:
     with serving_target() as server:

@@ -7,7 +7,6 @@ which nothing in the tests listens on.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +22,7 @@ from orchestration.models import ServiceCall
 from orchestration.services import service_call_finish, service_call_start, service_call_submit
 from orchestration.validation import Submission, validate_submission
 from outbox.models import OutboxEvent
+from outbox.partitions import OUTBOX_DAYS
 from outbox.services import NewEvent, outbox_append
 from tenants.models import ApiKey, Membership, Tenant
 from tenants.services import api_key_create, membership_add, tenant_create
@@ -221,7 +221,7 @@ def make_event(
                 published_at=utcnow() - timedelta(days=published_days_ago)
             )
         if made_at is not None:
-            made = new_id_dated_as(uuid.UUID(int=int(made_at.timestamp() * 1000) << 80))
+            made = new_id_dated_as(OUTBOX_DAYS.key_at(made_at))
             envelope = OutboxEvent.objects.get(event_id=event_id).event_payload
             envelope.update(id=str(made), timestampMs=int(made_at.timestamp() * 1000))
             OutboxEvent.objects.filter(event_id=event_id).update(
