@@ -1,5 +1,5 @@
 """The tenant tables are ready to be distributed by tenant (docs/scale.md, "The way past one
-machine"): each has a `tenant_id` column and an index or unique constraint that leads with it,
+machine, on existing engines"): each has a `tenant_id` column and an index or unique constraint that leads with it,
 in the database as the migrations made it."""
 
 from __future__ import annotations
