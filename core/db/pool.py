@@ -16,7 +16,8 @@ eventservice/database.py). What this module adds to it:
   the database;
 - `is_pool_timeout`: what a thread gets when no connection came free in time (the web answers
   503 to it: eventservice/middleware.py and eventservice/api/errors.py).
-`pool_install` sets up the last three; eventservice/apps.py calls it in every process.
+`pool_install` sets up the give-back at a thread's end and the fork's hooks; eventservice/apps.py
+calls it in every process.
 
 A web process has fewer connections than threads, so a thread may wait for one; two rules keep
 such waits from closing a circle: a thread gives its connection back before it waits for another
