@@ -91,7 +91,7 @@ def test_the_migrations_partition_tables_that_hold_rows_and_go_back(world):
         # The old table is the past's partition as it was: its indexes renamed, none built.
         assert _own_indexes("outbox_past") == {name.replace("outbox_", "outbox_past_", 1) for name in indexes_before}
         # Ids go on after the old ones; an event of a later day goes to that day's partition.
-        later = make_event(made_at=utcnow() + timedelta(days=1, hours=1))
+        later = make_event(made_at=tomorrow + timedelta(hours=1))
         assert later.pk > max(pk for pk, _, _ in before["outbox"])
         assert _partition_of("outbox", "id", later.pk) == OUTBOX_DAYS.partition_name(tomorrow.date())
         [notification] = fan_out(later.aggregate_id)
@@ -124,13 +124,14 @@ def test_the_migrations_partition_tables_that_hold_rows_and_go_back(world):
 
 def _as_migrate_made_them() -> None:
     """The history tables as `migrate` made them on the empty test database, for the tests after
-    this one: no past partition, days from today on."""
+    this one: no past partition, days from yesterday on."""
     tables = ", ".join(spec.table for spec in HISTORY)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {tables}")
         for spec in HISTORY:
             cursor.execute(f"DROP TABLE IF EXISTS {spec.past_name}")
     for spec in HISTORY:
+        make_ahead(spec, now=utcnow() - timedelta(days=1))
         make_ahead(spec, now=utcnow())
 
 
