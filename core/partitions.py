@@ -324,9 +324,7 @@ def drop(
     return True
 
 
-def partition_of(
-    spec: DailyPartitions, partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS
-) -> Partition | None:
+def partition_of(partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> Partition | None:
     """`other`'s partition with the same range as `partition` (its rows' rows), if any."""
     return next(
         (
