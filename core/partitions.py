@@ -324,9 +324,7 @@ def drop(
     return True
 
 
-def partition_of(
-    spec: DailyPartitions, partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS
-) -> Partition | None:
+def partition_of(partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> Partition | None:
     """`other`'s partition with the same range as `partition` (its rows' rows), if any."""
     return next(
         (
@@ -338,18 +336,24 @@ def partition_of(
     )
 
 
+# How far ahead of this host's clock the loops look for open rows (core.ids.new_id runs ahead of
+# the clock by a millisecond per id beyond a thousand a second in one process: seconds in a burst).
+WINDOW_AHEAD = timedelta(hours=1)
+
+
 class OpenWindow:
     """The range of keys that a table's open rows (unpublished events, notifications with a next
     try) can have, for the loops' queries of them, which then plan and read only the partitions
-    in it rather than every partition retention keeps.
+    in it rather than every partition retention keeps: yesterday's and today's.
 
-    From the oldest partition holding an open row (or yesterday's start, whichever is older) to
-    the end of tomorrow: new rows are made with keys of now. The oldest is looked for at most
+    From the day of the oldest open row (yesterday's start, when every open row is younger) to
+    an hour ahead of now (new rows are made with keys of now). The oldest is looked for at most
     every `ttl` seconds per process, one index probe of each older partition's partial index,
     so a row opened meanwhile below the window (an operator's resend of an old notification, an
-    event published a day late) is found within `ttl` seconds; a row whose key is more than a day
-    ahead of this host's clock waits until the window reaches it. `bounds` is None where the
-    table is not partitioned: the queries stay as they are."""
+    event published more than a day late) is found within `ttl` seconds (the fan-out makes such
+    a late event's notifications due only after that: delivery.services.fanout); a row whose key
+    is more than WINDOW_AHEAD ahead of this host's clock waits until the window reaches it.
+    `bounds` is None where the table is not partitioned: the queries stay as they are."""
 
     def __init__(self, spec: DailyPartitions, open_rows: str, *, ttl: float = 1.0) -> None:
         self.spec, self.open_rows, self.ttl = spec, open_rows, ttl
@@ -359,7 +363,7 @@ class OpenWindow:
     def bounds(self, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> tuple[Any, Any] | None:
         if not is_partitioned(self.spec.table, using=using):
             return None
-        upper = self.spec.key_at(day_start(now) + 2 * DAY)
+        upper = self.spec.key_at(now + WINDOW_AHEAD)
         with self._lock:
             cached = self._floors.get(using)
         if cached is None or time.monotonic() - cached[0] >= self.ttl:

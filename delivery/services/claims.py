@@ -17,10 +17,10 @@ from core.db import db_datetime, db_uuid, rows_by_key, sql_query, sql_update_ret
 from core.db.wakeups import Channel, notify
 from core.fairness import ShareRule, round_robin
 from core.ids import utcnow
-from core.partitions import within
+from core.partitions import made_since, within
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
-from delivery.partitions import OPEN
+from delivery.partitions import NOTIFICATION_DAYS, OPEN
 from delivery.tries import ClaimedNotification
 
 # A delivery loop's claim on a notification, at least (see `lease_length`).
@@ -187,12 +187,16 @@ def _due_rows(
         )
     lock = " FOR UPDATE OF n SKIP LOCKED" if connection.features.has_select_for_update_skip_locked else ""
     # Where the table is partitioned, both the due and the earlier open ones are sought in the
-    # window of the open notifications (delivery/partitions.py): no open one is older.
+    # window of the open notifications (delivery/partitions.py). A notification's id bears its
+    # event's time, never older than its call's: for a call made within the window, that is
+    # every notification of it; for an older call (rare: a late fan-out, a resend), the earlier
+    # open ones are looked for again from the call's day (_without_earlier_open).
     bounds = OPEN.bounds(now=now)
     window, window_params = within(bounds, "n.{n.notification_id}")
     earlier_window, _ = within(bounds, "e.{n.notification_id}")
-    return sql_query(
-        "SELECT n.{n.notification_id}, n.{n.subscription}, s.{s.tenant} FROM {n} n "
+    also = ", n.{n.aggregate_id}, n.{n.event_seq}" if bounds is not None else ""
+    rows = sql_query(
+        "SELECT n.{n.notification_id}, n.{n.subscription}, s.{s.tenant}" + also + " FROM {n} n "
         "INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
         "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) AND n.{n.next_attempt_at} <= %s"
         + window
@@ -206,6 +210,29 @@ def _due_rows(
         n=Notification,
         s=Subscription,
     )
+    if bounds is None:
+        return rows
+    return _without_earlier_open(rows, floor=bounds[0])
+
+
+def _without_earlier_open(rows: list[tuple[Any, ...]], *, floor: Any) -> list[tuple[Any, Any, str | None]]:
+    """Of `rows` (with their call and event_seq), those with no earlier open notification of
+    their call and subscription, looked for from the call's day where the call is older than
+    the window's `floor`; each as (notification_id, subscription_id, tenant_id)."""
+    kept = []
+    for pk, subscription, tenant, aggregate, seq in rows:
+        since = made_since(NOTIFICATION_DAYS, db_uuid(aggregate))
+        if since is None or since < floor:
+            bound, params = (" AND {n.notification_id} >= %s", [since]) if since is not None else ("", [])
+            if sql_query(
+                "SELECT 1 FROM {n} WHERE {n.subscription} = %s AND {n.aggregate_id} = %s "
+                "AND {n.next_attempt_at} IS NOT NULL AND {n.event_seq} < %s" + bound + " LIMIT 1",
+                [subscription, aggregate, seq, *params],
+                n=Notification,
+            ):
+                continue
+        kept.append((pk, subscription, tenant))
+    return kept
 
 
 def notifications_release(*, notifications: Sequence[ClaimedNotification | Notification]) -> None:

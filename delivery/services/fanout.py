@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -15,10 +15,10 @@ from django.db import connection, transaction
 from core.db import db_datetime, db_param, db_uuid, insert_many, rows_by_key, sql_query
 from core.db.wakeups import Channel, notify
 from core.ids import new_id_dated_as, utcnow
-from core.partitions import within
+from core.partitions import made_since, within
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
-from delivery.partitions import OPEN
+from delivery.partitions import NOTIFICATION_DAYS, OPEN
 from delivery.services.claims import lease_length
 from delivery.tries import ClaimedNotification
 
@@ -117,7 +117,7 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
     # event_notifications_open; in the window of the open ones where the table is partitioned).
     # Compared as read: the few keys below are made in the columns' form, not each row read
     # turned back into UUIDs (a burst has many open).
-    window, bounds = within(OPEN.bounds(now=now), "{n.notification_id}")
+    window, bounds = within(_window_of(OPEN.bounds(now=now), aggregates.values()), "{n.notification_id}")
     waiting = set(
         sql_query(
             "SELECT {n.subscription}, {n.aggregate_id} FROM {n} WHERE {n.next_attempt_at} IS NOT NULL" + window + " "
@@ -158,6 +158,20 @@ def _hand_over(rows: list[dict[str, Any]], offer: ClaimOffer, now: datetime) -> 
             )
         )
     return handed
+
+
+def _window_of(bounds: tuple[Any, Any] | None, calls: Iterable[uuid.UUID]) -> tuple[Any, Any] | None:
+    """The window of the open notifications, from the day of the oldest of `calls` if that is
+    earlier (a late fan-out: a call's notifications are never older than the call)."""
+    if bounds is None:
+        return None
+    lower = bounds[0]
+    for call in calls:
+        since = made_since(NOTIFICATION_DAYS, call)
+        if since is None:
+            return None
+        lower = min(lower, since)
+    return lower, bounds[1]
 
 
 def _existing(claimed: list[ClaimedNotification]) -> list[ClaimedNotification]:

@@ -50,7 +50,7 @@ def notifications_delete_before(
     for day in days:
         if day.upper is None or day.upper > before:
             break
-        tries = partition_of(NOTIFICATION_DAYS, day, ATTEMPT_DAYS)
+        tries = partition_of(day, ATTEMPT_DAYS)
         with write_guard():
             dropped = drop(NOTIFICATION_DAYS, day, unless=_STILL_OPEN, with_=[(ATTEMPT_DAYS, tries)] if tries else [])
         if dropped:

@@ -124,13 +124,14 @@ def test_the_migrations_partition_tables_that_hold_rows_and_go_back(world):
 
 def _as_migrate_made_them() -> None:
     """The history tables as `migrate` made them on the empty test database, for the tests after
-    this one: no past partition, days from today on."""
+    this one: no past partition, days from yesterday on."""
     tables = ", ".join(spec.table for spec in HISTORY)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {tables}")
         for spec in HISTORY:
             cursor.execute(f"DROP TABLE IF EXISTS {spec.past_name}")
     for spec in HISTORY:
+        make_ahead(spec, now=utcnow() - timedelta(days=1))
         make_ahead(spec, now=utcnow())
 
 

@@ -34,8 +34,9 @@ def test_the_migrations_leave_each_history_table_partitioned_by_day_with_a_defau
         assert is_partitioned(spec.table)
         found = partitions(spec)
         assert found[-1].default and found[-1].name == spec.default_name
-        # The test database was made by `migrate` with empty tables: no past, days from today on.
-        assert _days(spec)[: AHEAD_DAYS + 1] == [today + timedelta(days=n) for n in range(AHEAD_DAYS + 1)]
+        # The test database was made by `migrate` with empty tables: no past, days from yesterday
+        # (where the loops' window of the open rows begins) to AHEAD_DAYS after today.
+        assert _days(spec)[: AHEAD_DAYS + 2] == [today + timedelta(days=n) for n in range(-1, AHEAD_DAYS + 1)]
         assert {p.upper - p.lower for p in found if not p.default} == {timedelta(days=1)}
 
 
