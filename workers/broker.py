@@ -18,6 +18,8 @@ from core.db import ChangeWatch
 from core.db.wakeups import Channel, notify, wakeups
 
 QUIET_RECHECK_SECONDS = 5.0
+# django-q2's pusher sees its stop signal between two looks: a look sleeps no longer than this.
+LOOK_SLEEP_SECONDS = 0.5
 
 
 class ORMBroker(ORM):
@@ -34,7 +36,7 @@ class ORMBroker(ORM):
             watch = self._watch = ChangeWatch(recheck=QUIET_RECHECK_SECONDS, channel=Channel.TASKS)
         mark = watch.mark()
         if mark is None:
-            watch.sleep(Conf.POLL)  # until a task is queued, or the recheck
+            watch.sleep(Conf.POLL, longest=LOOK_SLEEP_SECONDS)  # until a task is queued, or a while
             return None
         tasks = super().dequeue()
         watch.done(mark, found=bool(tasks))

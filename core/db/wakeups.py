@@ -67,6 +67,8 @@ SQLITE_WATCH_SECONDS = 0.05
 FALLBACK_POLL_SECONDS = 0.05
 # Between two tries to connect the PostgreSQL listener.
 RECONNECT_SECONDS = 1.0
+# How often the listener thread looks whether it is to stop (its waits end that often).
+STOP_CHECK_MS = 250
 # How long `start` waits for the listener's first try (a database that does not answer).
 START_WAIT_SECONDS = 2.0
 
@@ -212,7 +214,7 @@ class Wakeups:
                         conn.execute(f'LISTEN "{PREFIX}{channel}"')
                     self._set_listening(True)
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=1.0):
+                        for note in conn.notifies(timeout=STOP_CHECK_MS / 1000):
                             channel = note.channel.removeprefix(PREFIX)
                             if channel in self._generations:
                                 self.wake_here(Channel(channel))
@@ -249,7 +251,7 @@ class Wakeups:
         try:
             self._set_listening(True)
             while not self._stop.is_set():
-                if any(event.name in names for event in notifier.read(timeout=1000)):
+                if any(event.name in names for event in notifier.read(timeout=STOP_CHECK_MS)):
                     self.wake_here(*Channel)
         finally:
             notifier.close()

@@ -105,14 +105,15 @@ class ChangeWatch:
             return max(0.0, self._quiet_until - time.monotonic())
         return poll
 
-    def sleep(self, poll: float) -> None:
+    def sleep(self, poll: float, *, longest: float = float("inf")) -> None:
         """After a look that found nothing: wait until the channel wakes or the next read falls
-        due (listening), else `poll` seconds (the channel's wakes still end it early)."""
+        due (listening), else `poll` seconds (the channel's wakes still end it early); never
+        longer than `longest` (a caller that must see its own stop signal)."""
         if self.channel is None:
             time.sleep(poll)
             return
         if self.waits_for_wake():
-            wakeups.wait(self.channel, seen=self._quiet[1], timeout=self.seconds_quiet(poll))
+            wakeups.wait(self.channel, seen=self._quiet[1], timeout=min(longest, self.seconds_quiet(poll)))
         else:
             wakeups.wait(self.channel, seen=wakeups.seen_now(self.channel), timeout=poll)
 
