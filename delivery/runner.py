@@ -42,9 +42,11 @@ logger = logging.getLogger("serviceagent.delivery")
 RECORD_TRIES = 3
 # How often a loop that waits for its worker's heartbeat says so, at most.
 UNSURE_LOG_SECONDS = 10.0
-# With no notification due and none made due since, the loop's looks are skipped until the next
-# retry falls due by the clock (each look says when); one reads at least this often.
-DUE_QUIET_RECHECK_SECONDS = 5.0
+# With no notification due and nothing committed since, the loop's looks are skipped until the
+# next retry falls due by the clock (each look says when); one reads at least this often, and
+# while the wake-ups listen (PostgreSQL), at least the second.
+DUE_QUIET_RECHECK_SECONDS = 0.5
+DUE_LISTENING_RECHECK_SECONDS = 5.0
 
 
 class Deliverer(HandOver):
@@ -128,7 +130,11 @@ class Deliverer(HandOver):
         # own writes make none due at once: a recorded failure is due later, and the next event
         # of a queue is due from its fan-out on (it waits only for the claim's order). A caller
         # that fans out on the loop's own connection passes 0: every look reads.
-        self._due_watch = ChangeWatch(recheck=due_recheck, channel=Channel.DELIVERY)
+        self._due_watch = ChangeWatch(
+            recheck=due_recheck,
+            channel=Channel.DELIVERY,
+            listening_recheck=max(due_recheck, DUE_LISTENING_RECHECK_SECONDS),
+        )
         self._unsure_logged_at = -UNSURE_LOG_SECONDS
 
     @property

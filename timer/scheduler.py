@@ -82,7 +82,9 @@ class NearTermScheduler:
         self._next_mark = 0.0
         # The incremental feed reads new rows only, which only a commit makes (and wakes the
         # timer channel for); the full refresh reads on its own clock.
-        self._feed_watch = ChangeWatch(recheck=IDLE_FULL_REFRESH, channel=Channel.TIMER)
+        self._feed_watch = ChangeWatch(
+            recheck=self.full_refresh, channel=Channel.TIMER, listening_recheck=IDLE_FULL_REFRESH
+        )
 
     # -- feeding ------------------------------------------------------------------------------
     def _push(self, timers: list[DueTimer]) -> None:

@@ -17,7 +17,8 @@ from django_q.conf import Conf
 from core.db import ChangeWatch
 from core.db.wakeups import Channel, notify, wakeups
 
-QUIET_RECHECK_SECONDS = 5.0
+QUIET_RECHECK_SECONDS = 1.0
+LISTENING_RECHECK_SECONDS = 5.0
 # django-q2's pusher sees its stop signal between two looks: a look sleeps no longer than this.
 LOOK_SLEEP_SECONDS = 0.5
 
@@ -33,7 +34,9 @@ class ORMBroker(ORM):
         watch = self.__dict__.get("_watch")
         if watch is None:
             wakeups.start()  # this process's listener (the pusher runs no engine)
-            watch = self._watch = ChangeWatch(recheck=QUIET_RECHECK_SECONDS, channel=Channel.TASKS)
+            watch = self._watch = ChangeWatch(
+                recheck=QUIET_RECHECK_SECONDS, channel=Channel.TASKS, listening_recheck=LISTENING_RECHECK_SECONDS
+            )
         mark = watch.mark()
         if mark is None:
             watch.sleep(Conf.POLL, longest=LOOK_SLEEP_SECONDS)  # until a task is queued, or a while

@@ -8,13 +8,13 @@ Each loop waits on a channel (Channel). A transaction that makes work for a loop
   connection of its own: LISTEN needs a session that lives as long as the process, which a
   connection pooler in transaction mode (PgBouncer) does not keep, so it connects to
   DATABASE_DIRECT_URL when that is set (docs/deploy.md, "Connections").
-- SQLite: nothing is sent; the database is a file of this host. The listener thread waits
-  on the kernel's inotify for writes to the database's files (a commit writes the write-ahead
-  log), whichever process made them, and then every channel wakes. Without inotify (not
-  Linux) it reads `PRAGMA data_version` every SQLITE_WATCH_SECONDS instead.
+- SQLite: nothing is sent and nothing listens: the loops poll as before, each skipping its read
+  while its connection's `PRAGMA data_version` stands still (core.db.ChangeWatch). A listener
+  on the kernel's inotify for the database's writes was tried: idle it kept the processes
+  asleep, but during a burst its wakes made every loop look at each commit, and the drain and
+  the timer's lateness got worse (bench/HISTORY.md, "Wake-ups on SQLite: tried and dropped").
 `wake_here` wakes a channel's loops of this process only (room freed in its pool, say), and
-`wake_everywhere` those of every process when no commit does (PostgreSQL: a notice; SQLite: a
-write to a wake file beside the database, which the listeners see as they see a commit).
+`wake_everywhere` those of every process when no commit does (on PostgreSQL, a notice).
 
 Every wake moves its channel's generation: a loop's ChangeWatch (core/db/watch.py) skips its
 read while the generation stands still since a read that found nothing. While the listener is
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import sqlite3
 import threading
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -60,13 +58,13 @@ class Channel(enum.StrEnum):
 
 # PostgreSQL's channel names: one database may serve other software.
 PREFIX = "service_agent_"
-# Without inotify, how often the SQLite listener reads data_version: the delay a commit's wake
-# may add (the dispatcher's and the delivery loops' own polls were as long).
-SQLITE_WATCH_SECONDS = 0.05
 # The longest a wait lasts while the listener is not listening (every read is made then).
 FALLBACK_POLL_SECONDS = 0.05
 # Between two tries to connect the PostgreSQL listener.
 RECONNECT_SECONDS = 1.0
+# After a wake, the listener gathers what comes in this long before the next: during a burst
+# the commits come hundreds a second, and a loop need not look more often than it used to poll.
+WAKE_SPACING_SECONDS = 0.02
 # How often the listener thread looks whether it is to stop (its waits end that often).
 STOP_CHECK_MS = 250
 # How long `start` waits for the listener's first try (a database that does not answer).
@@ -136,19 +134,16 @@ class Wakeups:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Listen (idempotent; each start is matched by a stop). Not on an in-memory SQLite
-        database, which no other connection writes."""
+        """Listen (idempotent; each start is matched by a stop). On PostgreSQL only."""
         with self._lock:
             self._users += 1
             if self._thread is not None:
                 return
-            connection = connections[DEFAULT_DB_ALIAS]
-            if connection.vendor == "sqlite" and connection.is_in_memory_db():
-                return
-            target = self._listen_postgres if connection.vendor == "postgresql" else self._watch_sqlite
+            if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
+                return  # SQLite: the loops poll (core.db.ChangeWatch), see the module's docstring
             self._stop.clear()
             self._tried.clear()
-            self._thread = threading.Thread(target=target, name="wakeups", daemon=True)
+            self._thread = threading.Thread(target=self._listen_postgres, name="wakeups", daemon=True)
             self._thread.start()
         # The loops start listening, not polling: each skips its reads from its first look.
         self._tried.wait(START_WAIT_SECONDS)
@@ -180,11 +175,7 @@ class Wakeups:
         to the backlog): on PostgreSQL a notice of its own; on SQLite a write to the database's
         wake file beside it, which the listeners' inotify sees as they see a commit."""
         self.wake_here(channel)
-        connection = connections[DEFAULT_DB_ALIAS]
-        if connection.vendor == "postgresql":
-            notify(channel)
-        elif connection.vendor == "sqlite" and not connection.is_in_memory_db():
-            _wake_file(Path(connection.settings_dict["NAME"])).write_bytes(b"wake")
+        notify(channel)
 
     def wait(self, channel: Channel, seen: int, timeout: float) -> int:
         """Sleep until `channel` wakes past `seen` (what the last call returned, or `seen_now`),
@@ -214,10 +205,12 @@ class Wakeups:
                         conn.execute(f'LISTEN "{PREFIX}{channel}"')
                     self._set_listening(True)
                     while not self._stop.is_set():
-                        for note in conn.notifies(timeout=STOP_CHECK_MS / 1000):
-                            channel = note.channel.removeprefix(PREFIX)
-                            if channel in self._generations:
-                                self.wake_here(Channel(channel))
+                        woken = {note.channel for note in conn.notifies(timeout=STOP_CHECK_MS / 1000, stop_after=1)}
+                        if not woken:
+                            continue
+                        woken.update(note.channel for note in conn.notifies(timeout=0))
+                        self.wake_here(*(Channel(c.removeprefix(PREFIX)) for c in woken if c.startswith(PREFIX)))
+                        time.sleep(WAKE_SPACING_SECONDS)
             except Exception:
                 if not self._stop.is_set():
                     logger.warning("the wake-up listener lost its connection; retrying in %ss", RECONNECT_SECONDS)
@@ -234,57 +227,6 @@ class Wakeups:
             return psycopg.connect(settings.DATABASE_DIRECT_URL, dbname=params["dbname"], autocommit=True)
         params.pop("cursor_factory", None)
         return psycopg.connect(**params, autocommit=True)
-
-    def _watch_sqlite(self) -> None:
-        path = Path(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]).resolve()
-        try:
-            from inotify_simple import INotify, flags
-
-            notifier = INotify()
-            notifier.add_watch(path.parent, flags.MODIFY)
-        except (ImportError, OSError):  # not Linux, or no inotify instance left
-            self._poll_sqlite(path)
-            return
-        # A commit writes the write-ahead log (a checkpoint, the database file): whichever
-        # process or thread made it, the kernel says so at once, and an idle process sleeps.
-        names = {path.name, f"{path.name}-wal", _wake_file(path).name}
-        try:
-            self._set_listening(True)
-            while not self._stop.is_set():
-                if any(event.name in names for event in notifier.read(timeout=STOP_CHECK_MS)):
-                    self.wake_here(*Channel)
-        finally:
-            notifier.close()
-
-    def _poll_sqlite(self, path: Path) -> None:
-        """Without inotify: a connection of its own, which never writes, reads `data_version`,
-        which moves with every commit of every other connection."""
-        watch = last = None
-        while not self._stop.is_set():
-            try:
-                if watch is None:
-                    watch = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
-                version = watch.execute("PRAGMA data_version").fetchone()[0]
-            except sqlite3.Error:
-                logger.warning("the wake-up watch could not read the database; retrying in %ss", RECONNECT_SECONDS)
-                if watch is not None:
-                    watch.close()
-                watch = last = None
-                self._set_listening(False)
-                self._stop.wait(RECONNECT_SECONDS)
-                continue
-            if last is None:
-                self._set_listening(True)
-            elif version != last:
-                self.wake_here(*Channel)
-            last = version
-            time.sleep(SQLITE_WATCH_SECONDS)  # cheaper than a timed wait on an event
-        if watch is not None:
-            watch.close()
-
-
-def _wake_file(database: Path) -> Path:
-    return database.with_name(f"{database.name}-wake")
 
 
 # The process's wake-ups: the engine starts them (workers/engine.py), the pusher too

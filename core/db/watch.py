@@ -40,38 +40,53 @@ class ChangeWatch:
         watch.sleep(0.05)  # found nothing: until the channel wakes or a read falls due
     """
 
-    def __init__(self, *, recheck: float, channel: Channel | None = None) -> None:
+    def __init__(
+        self, *, recheck: float, channel: Channel | None = None, listening_recheck: float | None = None
+    ) -> None:
+        # Polling (SQLite), a read is made at least every `recheck`; while the wake-ups listen
+        # (PostgreSQL), at least every `listening_recheck`: a wake says what a commit made.
         self.recheck = recheck
+        self.listening_recheck = recheck if listening_recheck is None else listening_recheck
         self.channel = channel
         # The source (wake-ups, or the SQLite connection), its version and the time of the last
         # read, if it found nothing; and until when (time.monotonic) the next read may wait.
         self._quiet: tuple[Any, int, float] | None = None
         self._quiet_until = 0.0
+        # When the last read was made (time.monotonic): `sleep` keeps reads `poll` apart.
+        self._last_read = 0.0
+        self._woken_at_mark = 0
 
     def mark(self) -> tuple[Any, int, float] | None:
         """Before the read: None if it may be skipped, else what to pass to `done`. Taken before
         the read, so that a commit made while the read runs is seen by the next mark."""
         now = time.monotonic()
+        if self.channel is not None:
+            # The wakes seen before this look: a sleep after it ends at the next one.
+            self._woken_at_mark = wakeups.seen_now(self.channel)
+        conn = connections[DEFAULT_DB_ALIAS]
         generation = wakeups.generation(self.channel) if self.channel is not None else None
-        if generation is not None:
-            source, version = _WAKEUPS, generation
-        else:
-            conn = connections[DEFAULT_DB_ALIAS]
-            if conn.vendor != "sqlite" or conn.is_in_memory_db():
-                return _EVERY_READ
+        if conn.vendor == "sqlite" and not conn.is_in_memory_db():
+            # On SQLite whether anything was committed is the connection's own data_version,
+            # which, unlike a wake, leaves out this loop's own commits.
             conn.ensure_connection()
             source = conn.connection
             version = source.execute("PRAGMA data_version").fetchone()[0]
+        elif generation is not None:
+            source, version = _WAKEUPS, generation
+        else:
+            return _EVERY_READ
         quiet = self._quiet
         if quiet is not None and quiet[0] is source and quiet[1] == version and now < self._quiet_until:
             return None
+        self._last_read = now
         return (source, version, now)
 
     def done(self, mark: tuple[Any, int, float], *, found: bool) -> None:
         """After the read: whether it found anything."""
         self._quiet = None if found or mark is _EVERY_READ else mark
         if self._quiet is not None:
-            self._quiet_until = mark[2] + self.recheck
+            listening = self.channel is not None and wakeups.listening
+            self._quiet_until = mark[2] + (self.listening_recheck if listening else self.recheck)
 
     def due_in(self, seconds: float) -> None:
         """The read that found nothing also found that work falls due in `seconds`: the next read
@@ -95,8 +110,7 @@ class ChangeWatch:
     def waits_for_wake(self) -> bool:
         """Whether the next read waits for the channel's wake (or the clock), the wake-ups
         listening: a loop may sleep until then."""
-        quiet = self._quiet
-        return quiet is not None and quiet[0] is _WAKEUPS and wakeups.listening
+        return self._quiet is not None and self.channel is not None and wakeups.listening
 
     def seconds_quiet(self, poll: float) -> float:
         """How long a loop whose look found nothing may sleep: until the next read falls due
@@ -113,9 +127,14 @@ class ChangeWatch:
             time.sleep(poll)
             return
         if self.waits_for_wake():
-            wakeups.wait(self.channel, seen=self._quiet[1], timeout=min(longest, self.seconds_quiet(poll)))
+            wakeups.wait(self.channel, seen=self._woken_at_mark, timeout=min(longest, self.seconds_quiet(poll)))
         else:
             wakeups.wait(self.channel, seen=wakeups.seen_now(self.channel), timeout=poll)
+        # Woken: no sooner than `poll` after the last read. During a burst commits wake the loops
+        # every few milliseconds; each looks no more often than it polled before the wake-ups.
+        rest = min(longest, poll) - (time.monotonic() - self._last_read)
+        if rest > 0:
+            time.sleep(rest)
 
 
 _EVERY_READ: tuple[Any, int, float] = (None, -1, 0.0)

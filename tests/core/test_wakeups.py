@@ -13,7 +13,8 @@ from core.db import ChangeWatch
 from core.db.wakeups import Channel, notify, wakeups
 from tenants.models import Tenant
 
-pytestmark = [pytest.mark.also_postgres, pytest.mark.django_db(transaction=True)]
+# The wake-ups listen on PostgreSQL only (on SQLite the loops poll: core.db.ChangeWatch).
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture

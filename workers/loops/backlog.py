@@ -38,10 +38,11 @@ BACKLOG_POLL_SECONDS = 0.02
 # free it never waits longer than this (a pool kept nearly full by slow calls).
 BACKLOG_MIN_CLAIM = 16
 BACKLOG_MAX_WAIT_SECONDS = 0.2
-# With nothing overdue and no wake since (a timer left due calls, room freed: core/db/wakeups.py),
-# its looks are skipped; one reads at least this often, as a call left by a timer home that died
-# falls due by the clock alone.
-BACKLOG_QUIET_RECHECK_SECONDS = 5.0
+# With nothing overdue and nothing committed since, its looks are skipped; one reads at least
+# this often, as calls fall due by the clock alone; while the wake-ups listen (PostgreSQL: a
+# timer leaving due calls, room freed, wake it), the second.
+BACKLOG_QUIET_RECHECK_SECONDS = 0.1
+BACKLOG_LISTENING_RECHECK_SECONDS = 5.0
 # A due call whose start failed in the backlog is left aside this long (logged), not retried in
 # a tight loop; the others go on.
 SET_ASIDE_SECONDS = 60.0
@@ -66,7 +67,11 @@ class BacklogLoop(Loop):
     def run(self) -> None:
         self.last_claim = time.monotonic()
         # Woken when a timer leaves due calls or room frees (core.db.ChangeWatch).
-        self.watch = ChangeWatch(recheck=BACKLOG_QUIET_RECHECK_SECONDS, channel=Channel.BACKLOG)
+        self.watch = ChangeWatch(
+            recheck=BACKLOG_QUIET_RECHECK_SECONDS,
+            channel=Channel.BACKLOG,
+            listening_recheck=BACKLOG_LISTENING_RECHECK_SECONDS,
+        )
         super().run()
 
     def step(self) -> bool:

@@ -21,9 +21,11 @@ from workers.loops.base import Loop, Where
 # Outbox events claimed per dispatch transaction, at most (OUTBOX_BATCH_SIZE may be smaller):
 # a due timer waits for the transaction in progress, so none may be long.
 DISPATCH_CHUNK = 100
-# With nothing to publish and no event appended since, the dispatcher's looks are skipped; one
-# reads at least this often (a publication that failed is tried again by the clock).
-DISPATCH_QUIET_RECHECK_SECONDS = 5.0
+# With nothing to publish and nothing committed since, the dispatcher's looks are skipped; one
+# reads at least this often (a publication that failed is tried again by the clock), and while
+# the wake-ups listen (PostgreSQL), at least the second.
+DISPATCH_QUIET_RECHECK_SECONDS = 0.5
+DISPATCH_LISTENING_RECHECK_SECONDS = 5.0
 
 
 class DispatchLoop(Loop):
@@ -39,8 +41,12 @@ class DispatchLoop(Loop):
         self.published = 0
         # Events are made by commits, which wake the outbox channel; but a failed publication, or
         # a dead dispatcher's lease, falls due by the clock: a skipped look (core.db.ChangeWatch)
-        # is made up within DISPATCH_QUIET_RECHECK_SECONDS.
-        self.watch = ChangeWatch(recheck=DISPATCH_QUIET_RECHECK_SECONDS, channel=Channel.OUTBOX)
+        # is made up within DISPATCH_QUIET_RECHECK_SECONDS (listening, DISPATCH_LISTENING_RECHECK_SECONDS).
+        self.watch = ChangeWatch(
+            recheck=DISPATCH_QUIET_RECHECK_SECONDS,
+            channel=Channel.OUTBOX,
+            listening_recheck=DISPATCH_LISTENING_RECHECK_SECONDS,
+        )
         super().run()
 
     def step(self) -> bool:

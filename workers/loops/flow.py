@@ -43,7 +43,8 @@ FLOW_BATCH = 50
 # After a round that failed (the database away), before the next one.
 ERROR_PAUSE_SECONDS = 1.0
 # With none held and no call held since, rounds are skipped; one reads at least this often.
-QUIET_RECHECK_SECONDS = 5.0
+QUIET_RECHECK_SECONDS = 1.0
+LISTENING_RECHECK_SECONDS = 5.0
 
 # Starts the given calls and hands their attempts to the execution pool; returns how many started.
 Start = Callable[[list[CallKey]], int]
@@ -62,7 +63,9 @@ class FlowRounds:
         self.poll = poll
         self.batch = batch
         self.on_run = on_run
-        self._watch = ChangeWatch(recheck=QUIET_RECHECK_SECONDS, channel=Channel.FLOW)
+        self._watch = ChangeWatch(
+            recheck=QUIET_RECHECK_SECONDS, channel=Channel.FLOW, listening_recheck=LISTENING_RECHECK_SECONDS
+        )
 
     def finished(self, tenant_ids: Iterable[str]) -> None:
         """Calls of these tenants finished: if any has limits, room may have freed."""
@@ -106,6 +109,7 @@ class FlowRounds:
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
             seen = wakeups.seen_now(Channel.FLOW)
+            looked = time.monotonic()
             try:
                 pause = self.step()
             except Exception as exc:
@@ -116,6 +120,8 @@ class FlowRounds:
                 pause = ERROR_PAUSE_SECONDS
             if pause > 0:
                 wakeups.wait(Channel.FLOW, seen=seen, timeout=pause)
+                # Woken during a burst: no sooner than a poll after the last round.
+                time.sleep(max(0.0, min(pause, self.poll) - (time.monotonic() - looked)))
 
 
 class FlowLoop(Loop):

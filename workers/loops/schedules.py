@@ -35,7 +35,9 @@ class SchedulesLoop(Loop):
 
     def run(self) -> None:
         self.set_aside: dict = {}
-        self.watch = ChangeWatch(recheck=SCHEDULES_RECHECK_SECONDS, channel=Channel.SCHEDULES)
+        self.watch = ChangeWatch(
+            recheck=SCHEDULES_INTERVAL_SECONDS, channel=Channel.SCHEDULES, listening_recheck=SCHEDULES_RECHECK_SECONDS
+        )
         super().run()
 
     def step(self) -> bool:
