@@ -115,7 +115,7 @@ def test_a_wake_in_this_process_alone_needs_no_commit(listening):
 
 
 def test_a_wake_of_every_process_without_a_commit_reaches_the_listener(listening):
-    """Due calls a timer left to the backlog: no commit says so (on SQLite, the wake file)."""
+    """Due calls a timer left to the backlog: no commit says so, a notice of its own does."""
     seen = wakeups.seen_now(Channel.BACKLOG)
     wakeups.wake_everywhere(Channel.BACKLOG)  # this process's loops at once ...
     assert wakeups.seen_now(Channel.BACKLOG) >= seen + 1
