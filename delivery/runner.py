@@ -175,6 +175,8 @@ class Deliverer(HandOver):
     def _due_now(self) -> bool:
         """Whether notifications are due now: skipped while none has been made due since a look
         found none (core.db.ChangeWatch), which also says when the next retry falls due."""
+        if self.in_flight:  # tries out: busy, it looks at each step (a wake may trail a commit)
+            self._due_watch.forget()
         mark = self._due_watch.mark()
         if mark is None:
             return False

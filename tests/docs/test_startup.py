@@ -108,7 +108,12 @@ class Started:
         """What Ctrl-C does: SIGINT to the terminal's foreground process group (the script's)."""
         os.killpg(self.proc.pid, signal.SIGINT)
         try:
-            self.proc.wait(timeout=60)
+            # Read the terminal meanwhile, as a terminal does: its buffer full, the servers' last
+            # lines would block their writers, and so their stop.
+            deadline = time.monotonic() + 60
+            while self.proc.poll() is None and time.monotonic() < deadline and self.read(0.2):
+                pass
+            self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         finally:
             self.read(0.5)
             os.close(self.fd)
