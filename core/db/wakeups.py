@@ -139,8 +139,8 @@ class Wakeups:
             self._users += 1
             if self._thread is not None:
                 return
-            if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
-                return  # SQLite: the loops poll (core.db.ChangeWatch), see the module's docstring
+            if connections[DEFAULT_DB_ALIAS].vendor != "postgresql" or not settings.WAKEUPS:
+                return  # the loops poll (core.db.ChangeWatch), see the module's docstring
             self._stop.clear()
             self._tried.clear()
             self._thread = threading.Thread(target=self._listen_postgres, name="wakeups", daemon=True)

@@ -18,7 +18,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def listening():
+def listening(settings):
+    settings.WAKEUPS = True
     wakeups.start()
     try:
         assert wakeups.listening

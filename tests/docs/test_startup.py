@@ -110,7 +110,7 @@ class Started:
         try:
             # Read the terminal meanwhile, as a terminal does: its buffer full, the servers' last
             # lines would block their writers, and so their stop.
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 120
             while self.proc.poll() is None and time.monotonic() < deadline and self.read(0.2):
                 pass
             self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))

@@ -26,6 +26,9 @@ DISPATCH_CHUNK = 100
 # the wake-ups listen (PostgreSQL), at least the second.
 DISPATCH_QUIET_RECHECK_SECONDS = 0.5
 DISPATCH_LISTENING_RECHECK_SECONDS = 5.0
+# For this long after it last published, the dispatcher polls as it did before the wake-ups
+# (a wake may trail its commit); after that it sleeps until one.
+DISPATCH_BUSY_SECONDS = 2.0
 
 
 class DispatchLoop(Loop):
@@ -39,6 +42,7 @@ class DispatchLoop(Loop):
         with self.engine.gate.slot():
             nats_subscription_ensure()
         self.published = 0
+        self.published_at = -DISPATCH_BUSY_SECONDS
         # Events are made by commits, which wake the outbox channel; but a failed publication, or
         # a dead dispatcher's lease, falls due by the clock: a skipped look (core.db.ChangeWatch)
         # is made up within DISPATCH_QUIET_RECHECK_SECONDS (listening, DISPATCH_LISTENING_RECHECK_SECONDS).
@@ -63,16 +67,23 @@ class DispatchLoop(Loop):
             NotificationSink(offer=deliverer.offer) if isinstance(sink, NotificationSink) else sink
             for sink in configured_sinks()
         )
+        if self.busy():
+            self.watch.forget()
         try:
             published = dispatch_batch(limit=self.limit, write_guard=guard, sinks=sinks, watch=self.watch)
         finally:
             deliverer.offers_done()  # the room not taken given back at once, the taken tried
         self.published = published
+        if published:
+            self.published_at = time.monotonic()
         self.record(started=started, items=published)
         return published >= self.limit
 
+    def busy(self) -> bool:
+        return time.monotonic() - self.published_at < DISPATCH_BUSY_SECONDS
+
     def idle(self) -> None:
-        if self.published:
+        if self.published or self.busy():
             # Caught up: let events gather for one poll interval rather than take the write lock
             # twice for every few events (lag stays within that interval).
             self.engine.stop_event.wait(self.poll)
