@@ -154,6 +154,9 @@ def _logs(lines: list[str]) -> list[str]:
     return [line for line in lines if line and not line.startswith(("==>", " ")) and "://" not in line]
 
 
+# serial: beside the parallel pass's qclusters and servers, the script's stop after Ctrl-C has
+# taken over two minutes (alone, a few seconds); why is not found yet.
+@pytest.mark.serial
 def test_a_first_start_on_a_terminal_is_short_and_readable_and_ends_with_the_logins(clone, script):
     script.read_until(DEMO_END, timeout=240)
     script.read(1.0)  # what follows at once
