@@ -25,10 +25,13 @@ def day_ago(days: int) -> date:
 
 
 def at_days_ago(days: float) -> datetime:
-    """Noon of the day `days` ago (whole days), or that long ago."""
+    """Noon of the day `days` ago (whole days; today, before noon: a minute ago, within today), or
+    that long ago."""
+    now = utcnow()
     if float(days).is_integer():
-        return day_start(utcnow()) - timedelta(days=days) + timedelta(hours=12)
-    return utcnow() - timedelta(days=days)
+        noon = day_start(now) - timedelta(days=days) + timedelta(hours=12)
+        return noon if noon < now else max(day_start(now), now - timedelta(minutes=1))
+    return now - timedelta(days=days)
 
 
 def days_made(days_ago: Iterable[int]) -> None:
