@@ -172,8 +172,8 @@ class Wakeups:
 
     def wake_everywhere(self, channel: Channel) -> None:
         """Wake a channel's loops in every process when no commit does (due calls a timer left
-        to the backlog): on PostgreSQL a notice of its own; on SQLite a write to the database's
-        wake file beside it, which the listeners' inotify sees as they see a commit."""
+        to the backlog): on PostgreSQL a notice of its own (on SQLite the other processes'
+        loops poll)."""
         self.wake_here(channel)
         notify(channel)
 
