@@ -74,14 +74,14 @@ START_WAIT_SECONDS = 2.0
 def notify(*channels: Channel) -> None:
     """Tell the loops of `channels`, in every process, that this transaction made work for them:
     once it commits (at once outside a transaction), never if it rolls back. Nothing to send on
-    SQLite.
+    SQLite, nor with WAKEUPS off (nobody listens).
 
     On PostgreSQL the notice is a statement of its own right after the commit, all of one
     transaction's channels together: a transaction that NOTIFYs holds the server's notification
     queue lock through its commit, so the engine's write transactions, each notifying, would
     commit one at a time behind it; the notice alone writes nothing and holds it for no flush."""
     connection = connections[DEFAULT_DB_ALIAS]
-    if connection.vendor != "postgresql" or not channels:
+    if connection.vendor != "postgresql" or not channels or not settings.WAKEUPS:
         return
     if not connection.in_atomic_block:
         _send(connection, channels)
