@@ -55,6 +55,10 @@ class ChangeWatch:
         # When the last read was made (time.monotonic): `sleep` keeps reads `poll` apart.
         self._last_read = 0.0
         self._woken_at_mark = 0
+        # Whether `mark` ran since the last `sleep`, and the channel's wakes when that sleep
+        # ended: a wake ends one sleep, not every later one of a loop that did not look meanwhile.
+        self._marked = False
+        self._slept_to = 0
 
     def mark(self) -> tuple[Any, int, float] | None:
         """Before the read: None if it may be skipped, else what to pass to `done`. Taken before
@@ -63,6 +67,7 @@ class ChangeWatch:
         if self.channel is not None:
             # The wakes seen before this look: a sleep after it ends at the next one.
             self._woken_at_mark = wakeups.seen_now(self.channel)
+            self._marked = True
         conn = connections[DEFAULT_DB_ALIAS]
         generation = wakeups.generation(self.channel) if self.channel is not None else None
         if conn.vendor == "sqlite" and not conn.is_in_memory_db():
@@ -126,10 +131,16 @@ class ChangeWatch:
         if self.channel is None:
             time.sleep(poll)
             return
-        if self.waits_for_wake():
-            wakeups.wait(self.channel, seen=self._woken_at_mark, timeout=min(longest, self.seconds_quiet(poll)))
+        if not self._marked:
+            # No look since its last sleep (a loop that may not read now, its pool full, say): it
+            # polls, ended early by a wake after that sleep, never spinning on an older one.
+            self._slept_to = wakeups.wait(self.channel, seen=self._slept_to, timeout=min(longest, poll))
+        elif self.waits_for_wake():
+            timeout = min(longest, self.seconds_quiet(poll))
+            self._slept_to = wakeups.wait(self.channel, seen=self._woken_at_mark, timeout=timeout)
         else:
-            wakeups.wait(self.channel, seen=wakeups.seen_now(self.channel), timeout=poll)
+            self._slept_to = wakeups.wait(self.channel, seen=wakeups.seen_now(self.channel), timeout=poll)
+        self._marked = False
         # Woken: no sooner than `poll` after the last read. During a burst commits wake the loops
         # every few milliseconds; each looks no more often than it polled before the wake-ups.
         rest = min(longest, poll) - (time.monotonic() - self._last_read)

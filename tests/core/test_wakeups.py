@@ -96,6 +96,26 @@ def test_a_watch_with_a_channel_skips_its_read_and_sleeps_until_the_channel_wake
     assert len(reads) == 2
 
 
+def test_a_loop_that_sleeps_again_without_looking_does_not_spin_on_the_wake_that_ended_its_sleep(listening):
+    """The delivery loop of a process busy with calls may not claim: it sleeps step after step
+    without a look. The wake that ended one of those sleeps must not end every later one (it spun,
+    taking a core from the calls), nor may a wake after it be missed."""
+    watch = ChangeWatch(recheck=60, channel=Channel.DELIVERY)
+    watch.read(lambda: None, empty=None)
+    time.sleep(0.25)  # a poll after the read: a wake may end the sleep at once
+    wakeups.wake_here(Channel.DELIVERY)
+    started = time.monotonic()
+    watch.sleep(0.2)  # woken since its look: at once
+    assert time.monotonic() - started < 0.15
+    started = time.monotonic()
+    watch.sleep(0.2)  # no look since: a poll's sleep, not another at once
+    assert time.monotonic() - started >= 0.15
+    threading.Timer(0.05, wakeups.wake_here, [Channel.DELIVERY]).start()
+    started = time.monotonic()
+    watch.sleep(0.4)  # a new wake ends it
+    assert time.monotonic() - started < 0.3
+
+
 def test_a_read_that_says_when_work_falls_due_is_made_then_without_a_wake(listening):
     watch = ChangeWatch(recheck=60, channel=Channel.SCHEDULES)
     watch.read(lambda: None, empty=None)
