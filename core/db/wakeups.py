@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
+import select
 import threading
 import time
 from collections.abc import Iterable
@@ -65,8 +67,11 @@ RECONNECT_SECONDS = 1.0
 # After a wake, the listener gathers what comes in this long before the next: during a burst
 # the commits come hundreds a second, and a loop need not look more often than it used to poll.
 WAKE_SPACING_SECONDS = 0.02
-# How often the listener thread looks whether it is to stop (its waits end that often).
-STOP_CHECK_MS = 250
+# The listener sleeps in select() on its connection and a pipe that `stop` writes to: nothing
+# wakes it but a notice, its stop or a lost connection (psycopg's own `notifies(timeout=)` wakes
+# ten times a second, which was most of an idle process's CPU). The kernel's TCP keepalives find a
+# server that went away without a word (seconds: idle, between probes, probes).
+LISTEN_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
 # How long `start` waits for the listener's first try (a database that does not answer).
 START_WAIT_SECONDS = 2.0
 
@@ -128,6 +133,8 @@ class Wakeups:
         self._users = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        # Written to by `stop`: it ends the listener's select().
+        self._stop_pipe: tuple[int, int] | None = None
         # Set once the listener's first try to listen is over (listening or not).
         self._tried = threading.Event()
         self.listening = False
@@ -143,6 +150,7 @@ class Wakeups:
                 return  # the loops poll (core.db.ChangeWatch), see the module's docstring
             self._stop.clear()
             self._tried.clear()
+            self._stop_pipe = os.pipe()
             self._thread = threading.Thread(target=self._listen_postgres, name="wakeups", daemon=True)
             self._thread.start()
         # The loops start listening, not polling: each skips its reads from its first look.
@@ -155,7 +163,11 @@ class Wakeups:
                 return
             thread, self._thread = self._thread, None
             self._stop.set()
+            stop_pipe, self._stop_pipe = self._stop_pipe, None
+        os.write(stop_pipe[1], b"x")
         thread.join(timeout=5)
+        for end in stop_pipe:
+            os.close(end)
         self._set_listening(False)
 
     # -- waking and waiting -------------------------------------------------------------------
@@ -198,6 +210,7 @@ class Wakeups:
 
     # -- the listener threads -----------------------------------------------------------------
     def _listen_postgres(self) -> None:
+        stop_read = self._stop_pipe[0]
         while not self._stop.is_set():
             try:
                 with self._connect_postgres() as conn:
@@ -205,10 +218,13 @@ class Wakeups:
                         conn.execute(f'LISTEN "{PREFIX}{channel}"')
                     self._set_listening(True)
                     while not self._stop.is_set():
-                        woken = {note.channel for note in conn.notifies(timeout=STOP_CHECK_MS / 1000, stop_after=1)}
+                        readable, _, _ = select.select([conn.fileno(), stop_read], [], [])
+                        if stop_read in readable:
+                            break
+                        # A lost connection raises here: readable, with no notice to read.
+                        woken = {note.channel for note in conn.notifies(timeout=0)}
                         if not woken:
                             continue
-                        woken.update(note.channel for note in conn.notifies(timeout=0))
                         self.wake_here(*(Channel(c.removeprefix(PREFIX)) for c in woken if c.startswith(PREFIX)))
                         time.sleep(WAKE_SPACING_SECONDS)
             except Exception:
@@ -224,9 +240,11 @@ class Wakeups:
         params = connection.get_connection_params()
         if settings.DATABASE_DIRECT_URL:
             # The server itself, past the pooler; the database is Django's (a test run's, say).
-            return psycopg.connect(settings.DATABASE_DIRECT_URL, dbname=params["dbname"], autocommit=True)
+            return psycopg.connect(
+                settings.DATABASE_DIRECT_URL, dbname=params["dbname"], autocommit=True, **LISTEN_KEEPALIVES
+            )
         params.pop("cursor_factory", None)
-        return psycopg.connect(**params, autocommit=True)
+        return psycopg.connect(**{**params, **LISTEN_KEEPALIVES}, autocommit=True)
 
 
 # The process's wake-ups: the engine starts them (workers/engine.py), the pusher too
