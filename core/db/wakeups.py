@@ -8,13 +8,17 @@ Each loop waits on a channel (Channel). A transaction that makes work for a loop
   connection of its own: LISTEN needs a session that lives as long as the process, which a
   connection pooler in transaction mode (PgBouncer) does not keep, so it connects to
   DATABASE_DIRECT_URL when that is set (docs/deploy.md, "Connections").
-- SQLite: nothing is sent and nothing listens: the loops poll as before, each skipping its read
-  while its connection's `PRAGMA data_version` stands still (core.db.ChangeWatch). A listener
-  on the kernel's inotify for the database's writes was tried: idle it kept the processes
-  asleep, but during a burst its wakes made every loop look at each commit, and the drain and
-  the timer's lateness got worse (bench/HISTORY.md, "Wake-ups on SQLite: tried and dropped").
+- SQLite: nothing is sent; the database is a file of this host, and every commit writes its
+  write-ahead log. Each process's listener thread waits on the kernel's inotify for writes to
+  the database's files, whichever process made them, and then wakes every channel: a loop looks,
+  and skips its read while its connection's `PRAGMA data_version` stands still
+  (core.db.ChangeWatch). Without inotify (not Linux) the loops poll.
+In both, after a wake the listener gathers what comes for WAKE_SPACING_SECONDS, and a woken loop
+looks no more often than it polls (core.db.ChangeWatch.sleep): during a burst the loops look as
+they polled, idle they sleep.
 `wake_here` wakes a channel's loops of this process only (room freed in its pool, say), and
-`wake_everywhere` those of every process when no commit does (on PostgreSQL, a notice).
+`wake_everywhere` those of every process when no commit does (on PostgreSQL a notice, on SQLite
+a write to a wake file beside the database).
 
 Every wake moves its channel's generation: a loop's ChangeWatch (core/db/watch.py) skips its
 read while the generation stands still since a read that found nothing. While the listener is
@@ -31,9 +35,16 @@ import select
 import threading
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+try:  # Linux: the SQLite listener (requirements.txt)
+    from inotify_simple import INotify
+    from inotify_simple import flags as inotify_flags
+except ImportError:
+    INotify = inotify_flags = None
 
 logger = logging.getLogger("serviceagent.wakeups")
 
@@ -79,7 +90,7 @@ START_WAIT_SECONDS = 2.0
 def notify(*channels: Channel) -> None:
     """Tell the loops of `channels`, in every process, that this transaction made work for them:
     once it commits (at once outside a transaction), never if it rolls back. Nothing to send on
-    SQLite, nor with WAKEUPS off (nobody listens).
+    SQLite (the commit's own write wakes the listeners), nor with WAKEUPS off (nobody listens).
 
     On PostgreSQL the notice is a statement of its own right after the commit, all of one
     transaction's channels together: a transaction that NOTIFYs holds the server's notification
@@ -141,17 +152,24 @@ class Wakeups:
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
-        """Listen (idempotent; each start is matched by a stop). On PostgreSQL only."""
+        """Listen (idempotent; each start is matched by a stop). Not with WAKEUPS off, on an
+        in-memory SQLite database (no other connection writes it), or on SQLite without inotify:
+        the loops poll (core.db.ChangeWatch)."""
         with self._lock:
             self._users += 1
-            if self._thread is not None:
+            if self._thread is not None or not settings.WAKEUPS:
                 return
-            if connections[DEFAULT_DB_ALIAS].vendor != "postgresql" or not settings.WAKEUPS:
-                return  # the loops poll (core.db.ChangeWatch), see the module's docstring
+            connection = connections[DEFAULT_DB_ALIAS]
+            if connection.vendor == "postgresql":
+                listen = self._listen_postgres
+            elif connection.vendor == "sqlite" and not connection.is_in_memory_db() and INotify is not None:
+                listen = self._watch_sqlite
+            else:
+                return
             self._stop.clear()
             self._tried.clear()
             self._stop_pipe = os.pipe()
-            self._thread = threading.Thread(target=self._listen_postgres, name="wakeups", daemon=True)
+            self._thread = threading.Thread(target=listen, name="wakeups", daemon=True)
             self._thread.start()
         # The loops start listening, not polling: each skips its reads from its first look.
         self._tried.wait(START_WAIT_SECONDS)
@@ -184,10 +202,14 @@ class Wakeups:
 
     def wake_everywhere(self, channel: Channel) -> None:
         """Wake a channel's loops in every process when no commit does (due calls a timer left
-        to the backlog): on PostgreSQL a notice of its own (on SQLite the other processes'
-        loops poll)."""
+        to the backlog): on PostgreSQL a notice of its own, on SQLite a write that the listeners
+        see as they see a commit's."""
         self.wake_here(channel)
-        notify(channel)
+        connection = connections[DEFAULT_DB_ALIAS]
+        if connection.vendor == "sqlite" and not connection.is_in_memory_db():
+            _wake_file(Path(connection.settings_dict["NAME"])).write_bytes(b"wake")
+        else:
+            notify(channel)
 
     def wait(self, channel: Channel, seen: int, timeout: float) -> int:
         """Sleep until `channel` wakes past `seen` (what the last call returned, or `seen_now`),
@@ -233,6 +255,31 @@ class Wakeups:
             self._set_listening(False)
             self._stop.wait(RECONNECT_SECONDS)
 
+    def _watch_sqlite(self) -> None:
+        path = Path(connections[DEFAULT_DB_ALIAS].settings_dict["NAME"]).resolve()
+        stop_read = self._stop_pipe[0]
+        try:
+            notifier = INotify()
+            notifier.add_watch(path.parent, inotify_flags.MODIFY)
+        except OSError:  # no inotify instance or watch left: the loops poll
+            logger.warning("no inotify watch on %s: the loops poll", path.parent, exc_info=True)
+            self._set_listening(False)
+            return
+        # A commit writes the write-ahead log (a checkpoint, the database file), and
+        # wake_everywhere the wake file: the kernel says so at once, whichever process wrote.
+        names = {path.name, f"{path.name}-wal", _wake_file(path).name}
+        try:
+            self._set_listening(True)
+            while not self._stop.is_set():
+                readable, _, _ = select.select([notifier.fileno(), stop_read], [], [])
+                if stop_read in readable:
+                    break
+                if any(event.name in names for event in notifier.read(timeout=0)):
+                    self.wake_here(*Channel)
+                    time.sleep(WAKE_SPACING_SECONDS)
+        finally:
+            notifier.close()
+
     def _connect_postgres(self):
         import psycopg
 
@@ -245,6 +292,10 @@ class Wakeups:
             )
         params.pop("cursor_factory", None)
         return psycopg.connect(**{**params, **LISTEN_KEEPALIVES}, autocommit=True)
+
+
+def _wake_file(database: Path) -> Path:
+    return database.with_name(f"{database.name}-wake")
 
 
 # The process's wake-ups: the engine starts them (workers/engine.py), the pusher too

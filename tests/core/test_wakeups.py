@@ -13,8 +13,8 @@ from core.db import ChangeWatch
 from core.db.wakeups import Channel, notify, wakeups
 from tenants.models import Tenant
 
-# The wake-ups listen on PostgreSQL only (on SQLite the loops poll: core.db.ChangeWatch).
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+# On PostgreSQL notices wake the loops, on SQLite the database's own writes (inotify).
+pytestmark = [pytest.mark.also_postgres, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
