@@ -20,12 +20,12 @@ class ChangeWatch:
     which found nothing.
 
     The engine's loops look for work and, while the agent is idle, find none. With `channel`,
-    while this process's wake-ups listen (core/db/wakeups.py), a read is skipped while the
-    channel has not woken since the last read found nothing, and `sleep` waits for that wake:
-    an idle loop neither reads nor ticks. Without them, on SQLite, `PRAGMA data_version` of the
-    loop's own connection moves whenever another connection commits: while it stands still
-    since a read that found nothing, the same read would find nothing again. Elsewhere (a
-    database in memory, PostgreSQL without a listener) every poll reads.
+    while this process's wake-ups listen (core/db/wakeups.py), `sleep` waits for the channel's
+    wake: an idle loop neither reads nor ticks. On SQLite, listening or polling, a read is
+    skipped while `PRAGMA data_version` of the loop's own connection stands still since a read
+    that found nothing (it moves whenever another connection commits: the same read would find
+    nothing again); on PostgreSQL, while the channel has not woken since. Elsewhere (a database
+    in memory, PostgreSQL without a listener) every poll reads.
 
     Either way, what falls due by the clock alone (a retry, a lease) is no commit: a read is never
     skipped more than `recheck` seconds after the last one, or past the moment the read said
@@ -43,8 +43,8 @@ class ChangeWatch:
     def __init__(
         self, *, recheck: float, channel: Channel | None = None, listening_recheck: float | None = None
     ) -> None:
-        # Polling (SQLite), a read is made at least every `recheck`; while the wake-ups listen
-        # (PostgreSQL), at least every `listening_recheck`: a wake says what a commit made.
+        # Polling, a read is made at least every `recheck`; while the wake-ups listen, at least
+        # every `listening_recheck`: a wake says that a commit was made.
         self.recheck = recheck
         self.listening_recheck = recheck if listening_recheck is None else listening_recheck
         self.channel = channel
