@@ -21,12 +21,14 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
+from django.db.models import Q
 
 DAY = timedelta(days=1)
 # Days' partitions made ahead of today, by the migration and by every retention run: a day's rows
@@ -322,6 +324,52 @@ def drop(
             return False
         raise
     return True
+
+
+def drop_past_days(
+    spec: DailyPartitions,
+    *,
+    before: datetime,
+    drop_day: Callable[[Partition], bool],
+    write_guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+    using: str = DEFAULT_DB_ALIAS,
+) -> tuple[int, list[tuple[Any, Any]]]:
+    """Retention by whole days: each day's partition of `spec` that ends by `before`, oldest first,
+    is offered to `drop_day` (under `write_guard`), which drops it or says why not (a row still
+    needed). Returns the rows dropped (PostgreSQL's estimate) and the key ranges left for the
+    caller to delete row by row, `(lower, upper)` with None for open: what no day's partition
+    holds below the first day (a converted table's past), and each day kept. Unpartitioned, the
+    whole table is left: `(None, None)`."""
+    if not is_partitioned(spec.table, using=using):
+        return 0, [(None, None)]
+    dropped = 0
+    days = [p for p in partitions(spec, using=using) if not p.default and p.lower is not None]
+    kept = [(None, days[0].lower if days else None)]
+    for day in days:
+        if day.upper is None or day.upper > before:
+            break  # not yet wholly past `before`: the next run's
+        with write_guard():
+            gone = drop_day(day)
+        if gone:
+            dropped += day.rows
+        else:
+            kept.append((day.lower, day.upper))
+    keys = [
+        (None if lower is None else spec.key_at(lower), None if upper is None else spec.key_at(upper))
+        for lower, upper in kept
+    ]
+    return dropped, keys
+
+
+def key_range(field: str, lower: Any, upper: Any) -> Q:
+    """A filter on `field` from `lower` (included) to `upper` (excluded), None for open: a key
+    range of `drop_past_days`."""
+    condition = Q()
+    if lower is not None:
+        condition &= Q(**{f"{field}__gte": lower})
+    if upper is not None:
+        condition &= Q(**{f"{field}__lt": upper})
+    return condition
 
 
 def partition_of(partition: Partition, other: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> Partition | None:

@@ -23,7 +23,7 @@ from core.db import (
 )
 from core.db.wakeups import Channel, notify
 from core.ids import epoch_ms, new_id
-from core.partitions import drop, is_partitioned, make_ahead, open_floor, partitions, within
+from core.partitions import drop, drop_past_days, is_partitioned, key_range, make_ahead, open_floor, within
 from outbox.models import OutboxEvent, OutboxFeedCounter
 from outbox.partitions import OUTBOX_DAYS, UNPUBLISHED, UNPUBLISHED_SQL
 
@@ -210,26 +210,14 @@ def outbox_delete_published_before(
     published events row by row, as does what no day's partition holds (a converted table's past,
     the DEFAULT partition's strays); a day not yet wholly past `before` waits for the next run.
     Uses outbox_published_at; see docs/schema.md (retention)."""
-    if not is_partitioned(OUTBOX_DAYS.table):
-        return _delete_published(OutboxEvent.objects.all(), before, batch_size, write_guard)
-    deleted = 0
-    days = [p for p in partitions(OUTBOX_DAYS) if not p.default and p.lower is not None]
-    kept = [(None, days[0].lower if days else None)]
-    for day in days:
-        if day.upper is None or day.upper > before:
-            break
-        with write_guard():
-            dropped = drop(OUTBOX_DAYS, day, unless=f"p.{UNPUBLISHED_SQL}")
-        if dropped:
-            deleted += day.rows
-        else:
-            kept.append((day.lower, day.upper))
-    for lower, upper in kept:
-        rows = OutboxEvent.objects.all()
-        if lower is not None:
-            rows = rows.filter(event_id__gte=OUTBOX_DAYS.key_at(lower))
-        if upper is not None:
-            rows = rows.filter(event_id__lt=OUTBOX_DAYS.key_at(upper))
+    deleted, left = drop_past_days(
+        OUTBOX_DAYS,
+        before=before,
+        drop_day=lambda day: drop(OUTBOX_DAYS, day, unless=f"p.{UNPUBLISHED_SQL}"),
+        write_guard=write_guard,
+    )
+    for lower, upper in left:
+        rows = OutboxEvent.objects.filter(key_range("event_id", lower, upper))
         deleted += _delete_published(rows, before, batch_size, write_guard)
     return deleted
 

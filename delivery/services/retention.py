@@ -9,7 +9,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from core.partitions import drop, is_partitioned, make_ahead, partition_of, partitions
+from core.partitions import Partition, drop, drop_past_days, key_range, make_ahead, partition_of
 from delivery.models import Notification, Subscription
 from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS, OPEN_SQL
 
@@ -42,27 +42,14 @@ def notifications_delete_before(
     and loses the rest row by row, as does what no day's partition holds (a converted table's
     past, the DEFAULT partition's strays); a day not yet wholly past `before` waits for the next
     run. Subscription by subscription, along event_notifications_sub_new; see docs/events.md."""
-    if not is_partitioned(NOTIFICATION_DAYS.table):
-        return _delete_final(Notification.objects.all(), before, batch_size, write_guard)
-    deleted = 0
-    days = [p for p in partitions(NOTIFICATION_DAYS) if not p.default and p.lower is not None]
-    kept = [(None, days[0].lower if days else None)]
-    for day in days:
-        if day.upper is None or day.upper > before:
-            break
+
+    def drop_day(day: Partition) -> bool:
         tries = partition_of(day, ATTEMPT_DAYS)
-        with write_guard():
-            dropped = drop(NOTIFICATION_DAYS, day, unless=_STILL_OPEN, with_=[(ATTEMPT_DAYS, tries)] if tries else [])
-        if dropped:
-            deleted += day.rows
-        else:
-            kept.append((day.lower, day.upper))
-    for lower, upper in kept:
-        rows = Notification.objects.all()
-        if lower is not None:
-            rows = rows.filter(notification_id__gte=NOTIFICATION_DAYS.key_at(lower))
-        if upper is not None:
-            rows = rows.filter(notification_id__lt=NOTIFICATION_DAYS.key_at(upper))
+        return drop(NOTIFICATION_DAYS, day, unless=_STILL_OPEN, with_=[(ATTEMPT_DAYS, tries)] if tries else [])
+
+    deleted, left = drop_past_days(NOTIFICATION_DAYS, before=before, drop_day=drop_day, write_guard=write_guard)
+    for lower, upper in left:
+        rows = Notification.objects.filter(key_range("notification_id", lower, upper))
         deleted += _delete_final(rows, before, batch_size, write_guard)
     return deleted
 
