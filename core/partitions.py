@@ -30,6 +30,8 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections, transaction
 from django.db.models import Q
 
+from core.db.wakeups import Channel, wakeups
+
 DAY = timedelta(days=1)
 # Days' partitions made ahead of today, by the migration and by every retention run: a day's rows
 # never wait in the DEFAULT partition while the retention loop runs at all (hourly).
@@ -387,6 +389,8 @@ def partition_of(partition: Partition, other: DailyPartitions, *, using: str = D
 # How far ahead of this host's clock the loops look for open rows (core.ids.new_id runs ahead of
 # the clock by a millisecond per id beyond a thousand a second in one process: seconds in a burst).
 WINDOW_AHEAD = timedelta(hours=1)
+# While the wake-ups listen and nothing opened a row, how long an open window's floor is kept.
+QUIET_TTL = 60.0
 
 
 class OpenWindow:
@@ -401,24 +405,39 @@ class OpenWindow:
     event published more than a day late) is found within `ttl` seconds (the fan-out makes such
     a late event's notifications due only after that: delivery.services.fanout); a row whose key
     is more than WINDOW_AHEAD ahead of this host's clock waits until the window reaches it.
-    `bounds` is None where the table is not partitioned: the queries stay as they are."""
+    `bounds` is None where the table is not partitioned: the queries stay as they are.
 
-    def __init__(self, spec: DailyPartitions, open_rows: str, *, ttl: float = 1.0) -> None:
-        self.spec, self.open_rows, self.ttl = spec, open_rows, ttl
-        self._floors: dict[str, tuple[float, Any]] = {}
+    With `channel`, while the wake-ups listen (core/db/wakeups.py), the oldest is looked for again
+    only once the channel has woken since the last look (every commit that opens a row notifies
+    it), or after QUIET_TTL: an idle agent does not list the partitions every second."""
+
+    def __init__(
+        self, spec: DailyPartitions, open_rows: str, *, ttl: float = 1.0, channel: Channel | None = None
+    ) -> None:
+        self.spec, self.open_rows, self.ttl, self.channel = spec, open_rows, ttl, channel
+        # By database alias: when the floor was looked for, the channel's wakes then, the floor.
+        self._floors: dict[str, tuple[float, int | None, Any]] = {}
         self._lock = threading.Lock()
 
     def bounds(self, *, now: datetime, using: str = DEFAULT_DB_ALIAS) -> tuple[Any, Any] | None:
         if not is_partitioned(self.spec.table, using=using):
             return None
         upper = self.spec.key_at(now + WINDOW_AHEAD)
+        wakes = wakeups.generation(self.channel) if self.channel is not None else None
         with self._lock:
             cached = self._floors.get(using)
-        if cached is None or time.monotonic() - cached[0] >= self.ttl:
-            cached = (time.monotonic(), open_floor(self.spec, self.open_rows, now=now, using=using))
+        if cached is None or self._stale(cached, wakes):
+            cached = (time.monotonic(), wakes, open_floor(self.spec, self.open_rows, now=now, using=using))
             with self._lock:
                 self._floors[using] = cached
-        return cached[1], upper
+        return cached[2], upper
+
+    def _stale(self, cached: tuple[float, int | None, Any], wakes: int | None) -> bool:
+        age = time.monotonic() - cached[0]
+        if age < self.ttl:
+            return False
+        # Not listening (None): every `ttl`; listening, once the channel woke, or QUIET_TTL.
+        return wakes is None or wakes != cached[1] or age >= QUIET_TTL
 
     def forget(self) -> None:
         with self._lock:

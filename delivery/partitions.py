@@ -5,6 +5,7 @@ day. The window of the open notifications keeps the delivery loops' queries to a
 
 from __future__ import annotations
 
+from core.db.wakeups import Channel
 from core.partitions import DailyPartitions, OpenWindow
 from delivery.models import DeliveryAttempt, Notification
 
@@ -12,4 +13,6 @@ NOTIFICATION_DAYS = DailyPartitions(Notification._meta.db_table, Notification._m
 ATTEMPT_DAYS = DailyPartitions(DeliveryAttempt._meta.db_table, DeliveryAttempt._meta.get_field("notification").column)
 # Open: PENDING or FAILED, as the partial indexes say it (delivery/models.py).
 OPEN_SQL = "next_attempt_at IS NOT NULL"
-OPEN = OpenWindow(NOTIFICATION_DAYS, OPEN_SQL)
+# Every commit that opens a notification (made, resent, recovered, given back, its subscription
+# enabled) notifies the delivery channel.
+OPEN = OpenWindow(NOTIFICATION_DAYS, OPEN_SQL, channel=Channel.DELIVERY)

@@ -4,9 +4,11 @@ keep to so that they plan and read a few partitions, not every day retention kee
 
 from __future__ import annotations
 
+from core.db.wakeups import Channel
 from core.partitions import DailyPartitions, OpenWindow
 from outbox.models import OutboxEvent
 
 OUTBOX_DAYS = DailyPartitions(OutboxEvent._meta.db_table, OutboxEvent._meta.get_field("event_id").column)
 UNPUBLISHED_SQL = "published_at IS NULL"
-UNPUBLISHED = OpenWindow(OUTBOX_DAYS, UNPUBLISHED_SQL)
+# Every commit that leaves an event unpublished (appended, published again) notifies the outbox.
+UNPUBLISHED = OpenWindow(OUTBOX_DAYS, UNPUBLISHED_SQL, channel=Channel.OUTBOX)

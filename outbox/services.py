@@ -186,9 +186,12 @@ def outbox_publish_again(*, ids: Sequence[int]) -> int:
     """Operator action: clear backoff so rows are retried now (published ones go out again, and
     keep their place in the events feed)."""
     with transaction.atomic():
-        return OutboxEvent.objects.filter(pk__in=list(ids)).update(
+        again = OutboxEvent.objects.filter(pk__in=list(ids)).update(
             published_at=None, next_attempt_at=None, locked_until=None
         )
+        if again:  # the dispatcher, and its window of the unpublished (outbox/partitions.py)
+            notify(Channel.OUTBOX)
+        return again
 
 
 # Rows deleted per retention transaction: each holds the write lock a due timer waits for.

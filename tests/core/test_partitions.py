@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from core.ids import utcnow
 from core.partitions import AHEAD_DAYS, day_start, drop, is_partitioned, make_ahead, partitions
@@ -135,3 +136,34 @@ def _partition_of(event: OutboxEvent) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT tableoid::regclass::text FROM outbox WHERE id = %s", [event.pk])
         return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_while_the_wake_ups_listen_a_window_looks_for_its_floor_again_only_once_its_channel_woke(settings):
+    """An idle agent does not list the partitions and probe their open rows every second: the
+    window of the unpublished events keeps its floor until a commit notifies the outbox."""
+    from core.db.wakeups import Channel, wakeups
+    from core.partitions import OpenWindow
+    from outbox.partitions import UNPUBLISHED_SQL
+    from tests.support.partitions import bulk_events
+
+    settings.WAKEUPS = True
+    wakeups.start()
+    try:
+        assert wakeups.listening
+        days_made([3, 2, 1])
+        window = OpenWindow(OUTBOX_DAYS, UNPUBLISHED_SQL, ttl=0, channel=Channel.OUTBOX)
+        now = utcnow()
+        floor, _ = window.bounds(now=now)
+        assert OUTBOX_DAYS.time_of(floor).date() == day_ago(1)  # nothing open: yesterday's start
+        # An event of three days ago left unpublished by a statement that notifies nobody.
+        bulk_events(3, 1)
+        with connection.cursor() as cursor:
+            cursor.execute("UPDATE outbox SET published_at = NULL")
+        with CaptureQueriesContext(connection) as queries:
+            assert window.bounds(now=now)[0] == floor
+        assert not queries.captured_queries  # no wake since: kept, not looked for
+        wakeups.wake_here(Channel.OUTBOX)
+        assert OUTBOX_DAYS.time_of(window.bounds(now=now)[0]).date() == day_ago(3)
+    finally:
+        wakeups.stop()
