@@ -82,6 +82,8 @@ def idle_figures(workers: Child, *, seconds: float, settle: float = 5.0) -> dict
 
     time.sleep(settle)
     postgres = connection.vendor == "postgresql"
+    if postgres:
+        _autovacuum_quiet()
     pids = group_pids(workers.proc.pid)
     before, xacts_before, started = cpu_seconds(pids), _transactions() if postgres else 0, time.monotonic()
     time.sleep(seconds)
@@ -92,6 +94,26 @@ def idle_figures(workers: Child, *, seconds: float, settle: float = 5.0) -> dict
         figures["transactions_per_second"] = (_transactions() - xacts_before - 2) / elapsed
         figures["connections"] = _connections() - 1  # not the bench's own
     return figures
+
+
+def _autovacuum_quiet(*, quiet: float = 5.0, longest: float = 180.0) -> None:
+    """Wait (`longest` at most) until no autovacuum worker has worked on the database for `quiet`
+    seconds: after a fill, the server's autovacuum goes through every table and partition, and
+    its transactions, which the server counts as the database's, are its own, not the cluster's."""
+    from django.db import connection
+
+    deadline, quiet_since = time.monotonic() + longest, time.monotonic()
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'autovacuum worker'"
+            )
+            if cursor.fetchone()[0]:
+                quiet_since = time.monotonic()
+        if time.monotonic() - quiet_since >= quiet:
+            return
+        time.sleep(0.2)
 
 
 def _transactions() -> int:

@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -177,6 +178,17 @@ def fill(*, calls: int, tenants: int, days: int) -> dict[str, float]:
     }
     seconds: dict[str, float] = {}
     per_day = -(-calls // days)
+    # Each day's partitions, as a running agent's retention loop made them ahead (core.partitions):
+    # without them the past days' rows would wait in the DEFAULT partitions, and retention would
+    # delete them row by row.
+    from core.partitions import make_days
+    from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS
+    from outbox.partitions import OUTBOX_DAYS
+
+    first_day = datetime.fromtimestamp((now_ms - span_ms) / 1000, UTC).date()
+    dates = [first_day + timedelta(days=n) for n in range((datetime.now(UTC).date() - first_day).days + 1)]
+    for spec in (OUTBOX_DAYS, NOTIFICATION_DAYS, ATTEMPT_DAYS):
+        make_days(spec, dates)
     with connection.cursor() as cursor:
         cursor.execute(UUID7)
         cursor.execute("SET synchronous_commit = off")  # a scratch database: one flush less per day
