@@ -295,7 +295,7 @@ def _partition(schema_editor: Any, spec: DailyPartitions, *, now: datetime) -> N
             run(f"CREATE {unique}INDEX {q(name)} ON {q(table)}{definition[definition.index(' USING ') :]}")
     for name, definition in foreign_keys:
         run(f"ALTER TABLE {q(table)} ADD CONSTRAINT {q(name)} {definition}")
-    # From yesterday's: the loops' window of the open rows begins there (core.partitions.OpenWindow).
+    # From yesterday's: the loops' window of the open rows begins there (core.partition_queries.OpenWindow).
     first = day_start(now) - DAY
     if newest is None:
         run(f"DROP TABLE {q(past)}")

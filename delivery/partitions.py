@@ -6,7 +6,8 @@ day. The window of the open notifications keeps the delivery loops' queries to a
 from __future__ import annotations
 
 from core.db.wakeups import Channel
-from core.partitions import DailyPartitions, OpenWindow
+from core.partition_queries import OpenWindow
+from core.partitions import DailyPartitions
 from delivery.models import DeliveryAttempt, Notification
 
 NOTIFICATION_DAYS = DailyPartitions(Notification._meta.db_table, Notification._meta.pk.column)

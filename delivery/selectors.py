@@ -12,7 +12,8 @@ from django.db.models import Count, F, Min, Prefetch, QuerySet
 from core.db import db_datetime, sql_query
 from core.errors import NotFound
 from core.ids import utcnow
-from core.partitions import CLOCK_MARGIN, is_partitioned, made_since, within
+from core.partition_queries import CLOCK_MARGIN, made_since, within
+from core.partitions import is_partitioned
 from delivery.models import DeliveryAttempt, Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN
 

@@ -23,7 +23,8 @@ from django.db.models import Q
 
 from core.db import ChangeWatch, db_datetime, db_uuid, sql_query, take_turn
 from core.ids import utcnow
-from core.partitions import is_partitioned, within
+from core.partition_queries import within
+from core.partitions import is_partitioned
 from outbox.models import OutboxEvent
 from outbox.partitions import OUTBOX_DAYS, UNPUBLISHED
 from outbox.services import outbox_mark_published

@@ -5,7 +5,8 @@ keep to so that they plan and read a few partitions, not every day retention kee
 from __future__ import annotations
 
 from core.db.wakeups import Channel
-from core.partitions import DailyPartitions, OpenWindow
+from core.partition_queries import OpenWindow
+from core.partitions import DailyPartitions
 from outbox.models import OutboxEvent
 
 OUTBOX_DAYS = DailyPartitions(OutboxEvent._meta.db_table, OutboxEvent._meta.get_field("event_id").column)

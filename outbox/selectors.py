@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db.models import F, QuerySet
 
-from core.partitions import made_since
+from core.partition_queries import made_since
 from outbox.models import OutboxEvent, OutboxFeedCounter
 from outbox.partitions import OUTBOX_DAYS
 

@@ -23,7 +23,8 @@ from core.db import (
 )
 from core.db.wakeups import Channel, notify
 from core.ids import epoch_ms, new_id
-from core.partitions import drop, drop_past_days, is_partitioned, key_range, make_ahead, open_floor, within
+from core.partition_queries import key_range, open_floor, within
+from core.partitions import drop, drop_past_days, is_partitioned, make_ahead
 from outbox.models import OutboxEvent, OutboxFeedCounter
 from outbox.partitions import OUTBOX_DAYS, UNPUBLISHED, UNPUBLISHED_SQL
 

@@ -99,7 +99,7 @@ def _ceilings_read_afresh():
 @pytest.fixture(autouse=True)
 def _open_windows_looked_for_afresh():
     """Each test's loops look for the window of the open rows in its own database, not in the
-    process's one-second copy left by the test before (core.partitions.OpenWindow; PostgreSQL)."""
+    process's one-second copy left by the test before (core.partition_queries.OpenWindow; PostgreSQL)."""
     from tests.support.partitions import forget_windows
 
     forget_windows()

@@ -17,7 +17,7 @@ from core.db import db_datetime, db_uuid, rows_by_key, sql_query, sql_update_ret
 from core.db.wakeups import Channel, notify
 from core.fairness import ShareRule, round_robin
 from core.ids import utcnow
-from core.partitions import made_since, within
+from core.partition_queries import made_since, within
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN

@@ -15,7 +15,7 @@ from django.db import connection, transaction
 from core.db import db_datetime, db_param, db_uuid, insert_many, rows_by_key, sql_query
 from core.db.wakeups import Channel, notify
 from core.ids import new_id_dated_as, utcnow
-from core.partitions import made_since, within
+from core.partition_queries import made_since, within
 from delivery.envelopes import event_body
 from delivery.models import Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN

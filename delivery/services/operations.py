@@ -11,7 +11,8 @@ from django.db import transaction
 from core.db.wakeups import Channel, notify
 from core.errors import NotFound
 from core.ids import new_id, utcnow
-from core.partitions import CLOCK_MARGIN, is_partitioned
+from core.partition_queries import CLOCK_MARGIN
+from core.partitions import is_partitioned
 from delivery.models import Notification
 from delivery.partitions import NOTIFICATION_DAYS
 from delivery.services.subscriptions import locked_subscription

@@ -9,7 +9,8 @@ from datetime import datetime
 
 from django.db import transaction
 
-from core.partitions import Partition, drop, drop_past_days, key_range, make_ahead, partition_of
+from core.partition_queries import key_range
+from core.partitions import Partition, drop, drop_past_days, make_ahead, partition_of
 from delivery.models import Notification, Subscription
 from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS, OPEN_SQL
 

@@ -143,7 +143,7 @@ def test_while_the_wake_ups_listen_a_window_looks_for_its_floor_again_only_once_
     """An idle agent does not list the partitions and probe their open rows every second: the
     window of the unpublished events keeps its floor until a commit notifies the outbox."""
     from core.db.wakeups import Channel, wakeups
-    from core.partitions import OpenWindow
+    from core.partition_queries import OpenWindow
     from outbox.partitions import UNPUBLISHED_SQL
     from tests.support.partitions import bulk_events
 

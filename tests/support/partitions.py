@@ -44,7 +44,7 @@ def days_made(days_ago: Iterable[int]) -> None:
 
 def forget_windows() -> None:
     """The loops' windows of the open rows looked for afresh (each process keeps its own for a
-    second: core.partitions.OpenWindow)."""
+    second: core.partition_queries.OpenWindow)."""
     UNPUBLISHED.forget()
     OPEN.forget()
 
