@@ -207,7 +207,8 @@ class Wakeups:
         self.wake_here(channel)
         connection = connections[DEFAULT_DB_ALIAS]
         if connection.vendor == "sqlite" and not connection.is_in_memory_db():
-            _wake_file(Path(connection.settings_dict["NAME"])).write_bytes(b"wake")
+            if settings.WAKEUPS:  # off, nobody listens
+                _wake_file(Path(connection.settings_dict["NAME"])).write_bytes(b"wake")
         else:
             notify(channel)
 
