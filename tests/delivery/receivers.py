@@ -13,9 +13,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from tests.support.loopback import serving
 
 
 @dataclass
@@ -119,13 +121,5 @@ def _handler(receiver: Receiver):
 @contextmanager
 def receiving(*secrets: str) -> Iterator[Receiver]:
     receiver = Receiver("127.0.0.1", 0, secrets=list(secrets))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(receiver))
-    server.daemon_threads = True
-    receiver.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(receiver)) as receiver.port:
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -21,8 +21,10 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.support.loopback import LoopbackServer, serving
 
 
 @dataclass(frozen=True)
@@ -109,11 +111,7 @@ def _make_handler(target: FlakyTarget) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # Many attempts may land at once (a burst of calls): a deeper accept queue than the default 5.
-    request_queue_size = 256
-
+class _QuietServer(LoopbackServer):
     def handle_error(self, request: object, client_address: object) -> None:
         """A connection the agent dropped (a timeout, a killed worker) is part of these tests."""
 
@@ -122,16 +120,8 @@ class _QuietServer(ThreadingHTTPServer):
 def flaky_target() -> Iterator[FlakyTarget]:
     """A FlakyTarget on a free 127.0.0.1 port for the duration of the block."""
     target = FlakyTarget(host="127.0.0.1", port=0)
-    httpd = _QuietServer(("127.0.0.1", 0), _make_handler(target))
-    target.port = httpd.server_address[1]
-    # Polled every 50 ms, not 0.5 s: shutdown() waits for the poll, at the end of every test.
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_make_handler(target), _QuietServer) as target.port:
         yield target
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def backoff_bounds_ms(policy: dict, attempt: int) -> tuple[float, float]:

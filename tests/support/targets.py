@@ -11,8 +11,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
+
+from tests.support.loopback import serving
 
 
 @dataclass
@@ -126,13 +128,5 @@ def _make_handler(server: TargetServer):
 def serving_target() -> Iterator[TargetServer]:
     """A TargetServer on a free 127.0.0.1 port for the duration of the block."""
     server = TargetServer(host="127.0.0.1", port=0)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(server))
-    httpd.daemon_threads = True
-    server.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_make_handler(server)) as server.port:
         yield server
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
