@@ -174,9 +174,8 @@ DATABASES = database_settings(DATA_DIR, pooler=DATABASE_POOLER)
 # DATABASE_URL goes through a pooler in transaction mode (docs/deploy.md, "Connections"); its
 # database is DATABASE_URL's.
 DATABASE_DIRECT_URL = env_str("DATABASE_DIRECT_URL", "")
-# The loops' wake-ups (docs/architecture.md, "Wake, don't poll"); off, they poll. On SQLite off
-# by default: beside a burst they delayed another tenant's start (bench/HISTORY.md).
-WAKEUPS = env_bool("WAKEUPS", DATABASES["default"]["ENGINE"] != "eventservice.sqlite")
+# The loops' wake-ups (docs/architecture.md, "Wake, don't poll"); off, they poll.
+WAKEUPS = env_bool("WAKEUPS", True)
 if DATABASES["default"]["ENGINE"] == "eventservice.sqlite":
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test_event_service.db")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
