@@ -168,6 +168,7 @@ class JetStreamPublisher:
         stream: str = DEFAULT_STREAM,
         subjects: Sequence[str] = DEFAULT_STREAM_SUBJECTS,
         duplicate_window_s: float = MIN_DUPLICATE_WINDOW_S,
+        replicas: int = 1,
         timeout_s: float = 5.0,
     ) -> None:
         if not _STREAM_NAME.fullmatch(stream):
@@ -182,6 +183,7 @@ class JetStreamPublisher:
         self.stream = stream
         self.subjects = list(subjects)
         self._duplicate_window_s = duplicate_window_s
+        self.replicas = replicas
         self._timeout_s = timeout_s
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -400,7 +402,10 @@ class JetStreamPublisher:
         info = await self._api(f"STREAM.INFO.{self.stream}")
         if info.get("error", {}).get("code") == 404:
             config = StreamConfig(
-                name=self.stream, subjects=self.subjects, duplicate_window=self._duplicate_window_s
+                name=self.stream,
+                subjects=self.subjects,
+                duplicate_window=self._duplicate_window_s,
+                num_replicas=self.replicas,
             ).as_dict()
             # Two agents starting together both create: the server accepts an identical config.
             self._check(await self._api(f"STREAM.CREATE.{self.stream}", config), "create")
@@ -418,6 +423,14 @@ class JetStreamPublisher:
                 self.stream,
                 window_s,
                 self._duplicate_window_s,
+            )
+        if (config.get("num_replicas") or 1) != self.replicas:
+            logger.warning(
+                "JetStream stream %s keeps %s replicas, not NATS_STREAM_REPLICAS=%s: left as it is "
+                "(a stream's replicas are changed on the NATS side: nats stream edit --replicas)",
+                self.stream,
+                config.get("num_replicas") or 1,
+                self.replicas,
             )
         have = config.get("subjects") or []
         missing = [s for s in self.subjects if not any(subject_covers(pattern, s) for pattern in have)]

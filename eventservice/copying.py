@@ -24,7 +24,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import dj_database_url
 from django.apps import apps
 from django.conf import settings
 from django.core.management.color import no_style
@@ -33,6 +32,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 
 from core.partitions import make_days
+from eventservice.database import parse_database_url
 
 TARGET = "copy_target"
 # Apps whose rows are not the agent's to move (see the module's docstring).
@@ -55,9 +55,9 @@ class Copied:
 def target_alias(url: str) -> str:
     """A database alias for `url` (a PostgreSQL URL), made for this process."""
     try:
-        config = dj_database_url.parse(url)
-    except Exception as exc:  # dj-database-url raises assorted errors for a malformed URL
-        raise CopyRefused(f"not a database URL: {url!r} ({exc})") from None
+        config = parse_database_url(url)
+    except ValueError:
+        raise CopyRefused(f"not a database URL: {url!r}") from None
     if config.get("ENGINE") != "django.db.backends.postgresql":
         raise CopyRefused(f"the target must be a PostgreSQL URL (postgres://user:password@host:5432/db), got {url!r}")
     both = connections.configure_settings({"default": dict(connections.databases["default"]), TARGET: config})

@@ -39,6 +39,17 @@ DB_POOL_TIMEOUT_DEFAULT = 10
 # the deliveries' threads use none. tests/workers/test_engine_connections.py counts them.
 ENGINE_DB_CONNECTIONS = 12
 POOL_SIZE_MAX = 1000
+# libpq's settings of every connection (docs/deploy.md, "High availability"): a server that does
+# not answer within 5 s is given up (libpq's default waits for ever; with several hosts it then
+# tries the next), and one that vanished without a word (its machine lost) is found dead by TCP
+# keepalives within 25 s rather than the kernel's two hours.
+CONNECTION_DEFAULTS = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
 POOL_MAX_IDLE_SECONDS = 60
 
 
@@ -55,11 +66,12 @@ def database_settings(data_dir: Path, *, pooler: str) -> dict[str, Any]:
     pool_size = env_int("DB_POOL_SIZE", DB_POOL_SIZE_DEFAULT, minimum=1, maximum=POOL_SIZE_MAX)
     pool_timeout = env_int("DB_POOL_TIMEOUT_SECONDS", DB_POOL_TIMEOUT_DEFAULT, minimum=1, maximum=300)
     try:
-        default = dj_database_url.parse(url, conn_max_age=600)
+        default = parse_database_url(url)
     except ValueError:
         # Not the value itself in the message: it may hold a password.
         raise SettingsError(
-            "DATABASE_URL is not a database URL (sqlite:///path/to/file.db or postgres://user:pw@host:5432/db)"
+            "DATABASE_URL is not a database URL (sqlite:///path/to/file.db, postgres://user:pw@host:5432/db,"
+            " or postgres://user:pw@host1:5432,host2:5432/db?target_session_attrs=read-write)"
         ) from None
     if default["ENGINE"] == POSTGRESQL:
         _postgresql(default, pooler=pooler, pool_size=pool_size, pool_timeout=pool_timeout)
@@ -70,10 +82,53 @@ def database_settings(data_dir: Path, *, pooler: str) -> dict[str, Any]:
     return {"default": default}
 
 
+def parse_database_url(url: str) -> dict[str, Any]:
+    """A database's Django settings from its URL; ValueError when it is none.
+
+    A PostgreSQL URL may name several hosts (`postgres://u:pw@db1:5432,db2:5432/agent?
+    target_session_attrs=read-write`): libpq tries them in turn and, with that attribute, keeps
+    the one that takes writes, so that after a failover new connections find the promoted
+    standby (docs/deploy.md, "High availability"). dj-database-url reads one host only; such a
+    URL is read by libpq's own parser, and its query's parameters go to OPTIONS as dj-database-
+    url passes them."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("postgres", "postgresql") or "," not in rest.partition("/")[0]:
+        try:
+            return dj_database_url.parse(url, conn_max_age=600)
+        except Exception:  # dj-database-url raises assorted errors for a malformed URL
+            raise ValueError("not a database URL") from None
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(f"postgresql://{rest}")
+    except Exception:
+        raise ValueError("not a database URL") from None
+    hosts, ports = params.pop("host", "").split(","), params.pop("port", "")
+    if not all(hosts) or not all(port.isdigit() for port in ports.split(",") if ports) or not params.get("dbname"):
+        raise ValueError("not a database URL")
+    return {
+        "ENGINE": POSTGRESQL,
+        "NAME": params.pop("dbname"),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": ",".join(hosts),
+        "PORT": ports,
+        "OPTIONS": params,
+        "CONN_MAX_AGE": 600,
+        "CONN_HEALTH_CHECKS": False,
+        "DISABLE_SERVER_SIDE_CURSORS": False,
+    }
+
+
 def _postgresql(default: dict[str, Any], *, pooler: str, pool_size: int, pool_timeout: int) -> None:
     # Django refuses persistent connections beside a pool: the pool keeps them.
     default["CONN_MAX_AGE"] = 0
+    # The pool checks a connection as it hands it out (an empty query): one the server dropped
+    # (a restart, a failover to a standby) is replaced, where a request would have failed on it.
+    default["CONN_HEALTH_CHECKS"] = True
     options = default.setdefault("OPTIONS", {})
+    for name, value in CONNECTION_DEFAULTS.items():
+        options.setdefault(name, value)  # a URL's own (?connect_timeout=...) stays
     options["pool"] = {
         # None is opened before a thread asks for one; one left unused for a minute is closed
         # (one a minute), so a process keeps what its threads use, up to max_size.

@@ -450,6 +450,9 @@ if problem := nats_subjects.validate_stream_subjects(NATS_STREAM_SUBJECTS):
 NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", nats_subjects.DEFAULT_SUBJECT_TEMPLATE).strip()
 if problem := nats_subjects.validate_subject_template(NATS_SUBJECT_TEMPLATE, stream_subjects=NATS_STREAM_SUBJECTS):
     raise SettingsError(f"NATS_SUBJECT_TEMPLATE: {problem}; got {NATS_SUBJECT_TEMPLATE!r}")
+# The stream's copies on a NATS cluster's servers (docs/deploy.md, "High availability"): with 3,
+# it takes messages while one server is lost.
+NATS_STREAM_REPLICAS = env_int("NATS_STREAM_REPLICAS", 1, minimum=1, maximum=5)
 NATS_PUBLISH_TIMEOUT_MS = env_int("NATS_PUBLISH_TIMEOUT_MS", 5_000, minimum=100, maximum=60_000)
 
 # --- Logging --------------------------------------------------------------------------------

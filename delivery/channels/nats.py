@@ -86,6 +86,7 @@ def nats_publisher() -> JetStreamPublisher:
                 url=settings.NATS_URL,
                 stream=settings.NATS_STREAM,
                 subjects=settings.NATS_STREAM_SUBJECTS,
+                replicas=settings.NATS_STREAM_REPLICAS,
                 timeout_s=settings.NATS_PUBLISH_TIMEOUT_MS / 1000,
             )
             try:

@@ -637,6 +637,9 @@ def test_every_command_of_the_guide_runs_somewhere():
         "pg_restore --clean",
         # tests/commands/test_copy_to_postgres.py runs it on a real agent.
         "sudo -u service-agent service-agent-manage copy_to_postgres",
+        # tests/workers/test_postgres_failover.py makes its standby so (tests/support/
+        # postgres_servers.py), and promotes it with pg_promote().
+        "sudo -u postgres pg_basebackup",
     )
     by_hand = (
         "git archive",

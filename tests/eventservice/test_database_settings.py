@@ -62,6 +62,46 @@ def test_behind_pgbouncer_nothing_lives_on_a_server_connection_between_transacti
     assert default["OPTIONS"]["pool"]["max_size"] == DB_POOL_SIZE_DEFAULT  # each process still pools
 
 
+def test_a_url_may_name_several_hosts_and_keep_the_one_that_takes_writes(environ, tmp_path):
+    # docs/deploy.md, "High availability": libpq tries the hosts in turn.
+    environ.setenv(
+        "DATABASE_URL",
+        "postgres://agent:p%40ss@db1.internal:5432,db2.internal:5433/agent"
+        "?target_session_attrs=read-write&connect_timeout=3",
+    )
+    default = _default(tmp_path)
+    assert default["ENGINE"] == "django.db.backends.postgresql"
+    assert (default["HOST"], default["PORT"]) == ("db1.internal,db2.internal", "5432,5433")
+    assert (default["NAME"], default["USER"], default["PASSWORD"]) == ("agent", "agent", "p@ss")
+    assert default["OPTIONS"]["target_session_attrs"] == "read-write"
+    assert default["OPTIONS"]["connect_timeout"] == "3"  # the URL's own
+    assert default["OPTIONS"]["keepalives_idle"] == 10  # a host lost without a word is found dead
+    assert default["OPTIONS"]["pool"]["max_size"] == DB_POOL_SIZE_DEFAULT  # pooled as one host is
+    # What psycopg connects with: every host and port, in order.
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    params = DatabaseWrapper({**default, "TIME_ZONE": None, "AUTOCOMMIT": True}).get_connection_params()
+    assert (params["host"], params["port"], params["target_session_attrs"]) == (
+        "db1.internal,db2.internal",
+        "5432,5433",
+        "read-write",
+    )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://agent@db1:5432,db2:fivefourthreetwo/agent",
+        "postgres://agent@db1:5432,/agent",
+        "postgres://agent@db1,db2",  # no database
+    ],
+)
+def test_a_bad_url_of_several_hosts_is_refused(environ, tmp_path, url):
+    environ.setenv("DATABASE_URL", url)
+    with pytest.raises(SettingsError, match="DATABASE_URL is not a database URL"):
+        _default(tmp_path)
+
+
 def test_sqlite_keeps_its_connection_and_has_no_pool(environ, tmp_path):
     default = _default(tmp_path)
     assert default["ENGINE"] == "eventservice.sqlite"

@@ -42,7 +42,7 @@ def run_js(action: Callable[[Any], Any], *, url: str = NATS_TEST_URL, timeout: f
     import nats
 
     async def main() -> Any:
-        nc = await nats.connect(url, allow_reconnect=False, connect_timeout=5)
+        nc = await nats.connect(servers=url.split(","), allow_reconnect=False, connect_timeout=5)
         try:
             return await asyncio.wait_for(action(nc.jetstream(timeout=5)), timeout)
         finally:

@@ -9,7 +9,8 @@ import logging
 import queue
 import time
 
-from django.db import close_old_connections
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from execution.outcomes import Outcome
 from execution.services import Attempt
@@ -22,6 +23,10 @@ logger = logging.getLogger("serviceagent.engine")
 # writes in one transaction (each holds the write lock the timer and the dispatcher wait for).
 RECORD_GATHER_SECONDS = 0.01
 RECORD_BATCH = 100
+# A batch that cannot be written is tried this many times, a second apart at most; while the
+# database is unreachable, for WATCHDOG_GRACE_MS.
+RECORD_TRIES = 5
+RECORD_RETRY_MAX_SECONDS = 1.0
 # How long a step waits for a first outcome (an outcome ends the wait at once; a stopping
 # engine waits for it).
 RECORD_WAIT_SECONDS = 0.5
@@ -56,7 +61,8 @@ class RecorderLoop(Loop):
 
     def record_batch(self, batch: list[tuple[Attempt, Outcome]]) -> None:
         started = time.monotonic()
-        for attempt_number in range(5):
+        tries = 0
+        while True:
             try:
                 with self.engine.gate.slot():
                     record(batch)
@@ -64,16 +70,24 @@ class RecorderLoop(Loop):
                 self.engine.calls_finished([attempt.order.tenant_id for attempt, _ in batch])
                 return
             except Exception as exc:
-                logger.exception("recording %d outcomes failed (try %d)", len(batch), attempt_number + 1)
+                tries += 1
+                logger.exception("recording %d outcomes failed (try %d)", len(batch), tries)
                 self.record(started=started, items=0, error=exc)
                 close_old_connections()
-                if len(batch) > 1:
+                unreachable = isinstance(exc, OperationalError | InterfaceError)
+                if len(batch) > 1 and not unreachable:
                     # One bad outcome must not sink the others (other tenants' among them):
                     # record each in a transaction of its own.
                     for one in batch:
                         self.record_batch([one])
                     return
-                time.sleep(0.2 * (attempt_number + 1))
+                # The database gone (restarting, failing over to a standby: docs/deploy.md,
+                # "High availability"): the batch is written again until the watchdog would take
+                # its attempts for lost anyway.
+                outage_left = settings.WATCHDOG_GRACE_MS / 1000 - (time.monotonic() - started)
+                if tries >= RECORD_TRIES and not (unreachable and outage_left > 0):
+                    break
+                time.sleep(min(RECORD_RETRY_MAX_SECONDS, 0.2 * tries))
         # Left Sending: the watchdog turns it Interrupted rather than lose it silently.
         logger.error("gave up recording %d outcomes", len(batch))
 
