@@ -313,8 +313,13 @@ class JetStreamPublisher:
             raise
         self._acks = acks
         self._last_error = None
-        logger.info("connected to NATS at %s", self.where)
+        logger.info("connected to NATS at %s", self._connected_to())
         return nc.jetstream(timeout=self._timeout_s)
+
+    def _connected_to(self) -> str:
+        """The server of the connection now, without credentials (several may be named)."""
+        url = self._nc.connected_url if self._nc is not None else None
+        return re.sub(r"//[^@/]*@", "//", url.geturl()) if url is not None else self.where
 
     async def _on_error(self, error: Exception) -> None:
         # nats-py reports every failed attempt (one each 2 s while NATS is down): log changes only.
@@ -329,7 +334,7 @@ class JetStreamPublisher:
 
     async def _on_reconnected(self) -> None:
         self._last_error = None
-        logger.info("reconnected to NATS at %s", self.where)
+        logger.info("reconnected to NATS at %s", self._connected_to())
 
     async def _publish(self, subject: str, payload: bytes, msg_id: str) -> PublishAck:
         js = await self._jetstream()

@@ -5,9 +5,11 @@ No tenant data: counts, ages and heartbeats only.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
@@ -26,6 +28,25 @@ def database_ok() -> bool:
             return cursor.fetchone() == (1,)
     except Exception:
         return False
+
+
+def database_server() -> dict[str, Any]:
+    """Which database this process is on: on PostgreSQL the host and port of its connection
+    (with several hosts in DATABASE_URL, the one libpq chose: docs/deploy.md, "High
+    availability") and whether it takes writes; never a user or password."""
+    if connection.vendor != "postgresql":
+        return {"engine": connection.vendor}
+    connection.ensure_connection()
+    info = connection.connection.info
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT NOT pg_is_in_recovery()")
+        primary = cursor.fetchone()[0]
+    return {"engine": "postgresql", "server": f"{info.host}:{info.port}", "primary": primary}
+
+
+def nats_servers() -> list[str]:
+    """The NATS servers of NATS_URL, without credentials (none when NATS is not used)."""
+    return [re.sub(r"//[^@/]*@", "//", server.strip()) for server in settings.NATS_URL.split(",") if server.strip()]
 
 
 def _worker(now: datetime) -> dict[str, Any]:
@@ -63,7 +84,8 @@ def health_report(*, now: datetime | None = None) -> tuple[bool, dict[str, Any]]
     return healthy, {
         "status": "ok" if healthy else "degraded",
         "checkedAt": iso_ms(now),
-        "database": {"ok": True},
+        "database": {"ok": True, **database_server()},
+        "nats": {"servers": nats_servers()},
         "worker": worker,
         "timers": timers_backlog(now=now),
         "outbox": _outbox(now),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from django.test import Client
 
 from core.ids import utcnow
@@ -28,7 +29,7 @@ def test_it_is_503_without_any_worker(db):
 
     assert response.status_code == 503
     body = response.json()
-    assert body["database"] == {"ok": True}
+    assert body["database"]["ok"] is True
     assert body["worker"]["ok"] is False and body["worker"]["heartbeatAgeSeconds"] is None
     assert body["status"] == "degraded"
 
@@ -68,3 +69,24 @@ def test_it_reports_timer_and_outbox_backlog_without_tenant_data(acme_api):
     assert "acme" not in text and "Secret project" not in text and "internal-tag" not in text
     assert response["Cache-Control"].startswith("max-age=0")
     assert response["X-Correlation-Id"]
+
+
+@pytest.mark.also_postgres
+def test_it_names_the_database_server_and_the_nats_servers_without_credentials(db, settings):
+    # docs/deploy.md, "High availability": which host of several the agent is on.
+    from django.db import connection
+
+    settings.NATS_URL = "nats://agent:secret@nats1.internal:4222, nats://nats2.internal:4222"
+    body = Client().get("/healthz").json()
+    if connection.vendor == "postgresql":
+        info = connection.connection.info
+        assert body["database"] == {
+            "ok": True,
+            "engine": "postgresql",
+            "server": f"{info.host}:{info.port}",
+            "primary": True,
+        }
+    else:
+        assert body["database"] == {"ok": True, "engine": "sqlite"}
+    assert body["nats"] == {"servers": ["nats://nats1.internal:4222", "nats://nats2.internal:4222"]}
+    assert "secret" not in str(body)

@@ -56,3 +56,20 @@ def test_non_superuser_staff_see_only_their_tenants(client, world):
     assert response.context["timers"]["scheduled"] == 1
     assert TimerSchedule.objects.filter(state="Scheduled").count() == 3
     assert [tenant.id for tenant, _ in response.context["tenant_counts"]] == ["globex"]
+
+
+@pytest.mark.also_postgres
+def test_it_names_the_database_and_nats_servers_the_agent_is_on(client, world, superuser, settings):
+    # docs/deploy.md, "High availability".
+    from django.db import connection
+
+    settings.NATS_URL = "nats://agent:secret@nats1.internal:4222,nats://nats2.internal:4222"
+    client.force_login(superuser)
+    html = client.get("/system/").content.decode()
+    if connection.vendor == "postgresql":
+        info = connection.connection.info
+        assert f'PostgreSQL at <span class="mono">{info.host}:{info.port}</span> · primary (takes writes)' in html
+    else:
+        assert "SQLite (a file of this host)" in html
+    assert "nats://nats1.internal:4222" in html and "nats://nats2.internal:4222" in html
+    assert "secret" not in html

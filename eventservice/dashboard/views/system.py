@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET
 from core.ids import utcnow
 from delivery.models import Subscription
 from delivery.selectors import delivery_backlog
+from eventservice.api.health import database_server, nats_servers
 from eventservice.dashboard.selectors import recent_failed_calls
 from eventservice.dashboard.tenancy import resolve_tenant
 from orchestration.selectors import status_counts
@@ -58,6 +59,8 @@ def system_page(request: HttpRequest) -> HttpResponse:
         ],
         "failed_calls": recent_failed_calls(tenant_ids=scope),
         "loop_errors": recent_loop_errors() if request.user.is_superuser else [],
+        "database": database_server(),
+        "nats_servers": nats_servers(),
         "tenant_counts": [(tenant, status_counts(tenant_id=tenant.id)) for tenant in request.tenants[:50]],
     }
     return render(request, "dashboard/system.html", context)
