@@ -41,7 +41,7 @@ from delivery.nats import (
     validate_subject_template,
 )
 from tests.support.agent_process import ROOT, agent_env
-from tests.support.nats import NATS_TEST_URL, run_js
+from tests.support.nats import NATS_TEST_URL, pulled, run_js
 from tests.support.waiting import wait_for
 
 ENVELOPE = {
@@ -745,24 +745,10 @@ def test_the_loop_publishes_a_claims_nats_notifications_together_each_recorded(
     assert len(notifications) == 12
     assert {n.state for n in notifications} == {Notification.State.SUCCEEDED}
     assert DeliveryAttempt.objects.filter(notification__subscription=subscription, n=1, error="").count() == 12
-    received = run_js(lambda js: _messages(js, stream.name, f"{stream.prefix}.>"))
+    received = run_js(lambda js: pulled(js, stream.name, f"{stream.prefix}.>"))
     assert sorted((msg.headers["Nats-Msg-Id"], msg.data) for msg in received) == sorted(
         (n.envelope["id"], event_body(n.envelope).encode()) for n in notifications
     )
-
-
-async def _messages(js: JetStreamContext, stream: str, subjects: str) -> list:
-    sub = await js.pull_subscribe(subjects, stream=stream)
-    messages = []
-    try:
-        while True:
-            messages += await sub.fetch(batch=100, timeout=1)
-    # nats-py raises its own TimeoutError, or asyncio's when its deadline ran out between the
-    # two requests of a fetch (a loaded machine): either way no more messages came.
-    except (nats.errors.TimeoutError, TimeoutError):
-        pass
-    await sub.unsubscribe()
-    return messages
 
 
 def test_without_nats_url_each_nats_try_of_a_batch_fails_on_its_own_and_is_recorded(transactional_db, world, settings):
@@ -860,7 +846,7 @@ def test_an_event_of_accented_header_values_goes_to_nats_whole_as_utf8(
     _, rows = _call_events_through_the_loop(subscription, headers=headers)
 
     assert _delivered_both(rows), [(n.event_type, n.state, n.last_error) for n in rows]
-    received = run_js(lambda js: _messages(js, stream.name, f"{stream.prefix}.>"))
+    received = run_js(lambda js: pulled(js, stream.name, f"{stream.prefix}.>"))
     submitted = next(msg for msg in received if msg.subject.endswith(".ServiceCallSubmitted"))
     assert "é" * 8192 in submitted.data.decode()  # UTF-8, not \u00e9 escapes
     envelope = json.loads(submitted.data)
@@ -891,7 +877,7 @@ def test_an_event_over_the_servers_max_payload_is_delivered_cut_and_the_calls_la
         assert _delivered_both(rows), [(n.event_type, n.state, n.last_error) for n in rows]
         assert nats_publisher()._nc.max_payload == 256 * 1024
         received = run_js(
-            lambda js: _messages(js, settings.NATS_STREAM, "serviceagent.acme.>"), url=settings.NATS_URL, timeout=20
+            lambda js: pulled(js, settings.NATS_STREAM, "serviceagent.acme.>"), url=settings.NATS_URL, timeout=20
         )
     finally:
         server.stop()

@@ -12,7 +12,7 @@ import nats.errors
 import pytest
 
 from delivery.nats import JetStreamError, JetStreamPublisher
-from tests.support.nats import run_js
+from tests.support.nats import pulled, run_js
 from tests.support.nats_servers import NATS_SERVER, nats_cluster
 from tests.support.waiting import wait_for
 
@@ -63,15 +63,7 @@ async def stream_info(js):
 
 
 async def stored(js) -> list:
-    sub = await js.pull_subscribe("sacluster.>", stream=STREAM)
-    messages = []
-    try:
-        while True:
-            messages += await sub.fetch(batch=100, timeout=2)
-    except (nats.errors.TimeoutError, TimeoutError):
-        pass
-    await sub.unsubscribe()
-    return messages
+    return await pulled(js, STREAM, "sacluster.>", quiet=2)
 
 
 def test_a_stream_of_three_replicas_keeps_every_event_once_when_its_leader_is_lost(tmp_path):

@@ -80,3 +80,20 @@ def store_kept(url: str = NATS_TEST_URL) -> Iterator[str]:
         yield name
     finally:
         run_js(delete, url=url)
+
+
+async def pulled(js: Any, stream: str, subjects: str, *, quiet: float = 1) -> list:
+    """Every message of `stream` on `subjects`, pulled until none comes for `quiet` seconds."""
+    import nats.errors
+
+    sub = await js.pull_subscribe(subjects, stream=stream)
+    messages = []
+    try:
+        while True:
+            messages += await sub.fetch(batch=100, timeout=quiet)
+    # nats-py raises its own TimeoutError, or asyncio's when its deadline ran out between the
+    # two requests of a fetch (a loaded machine): either way no more messages came.
+    except (nats.errors.TimeoutError, TimeoutError):
+        pass
+    await sub.unsubscribe()
+    return messages
