@@ -153,6 +153,16 @@ class _AckInbox:
             ack.set_exception(JetStreamError(f"NATS at {self._where} answered with no ack: {exc}"))
 
 
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS_URL (several, comma-separated, for a cluster)."""
+    return [server.strip() for server in url.split(",") if server.strip()]
+
+
+def without_credentials(server: str) -> str:
+    """A server's URL without its user:password@, for logs and pages."""
+    return re.sub(r"//[^@/]*@", "//", server)
+
+
 class JetStreamPublisher:
     """Publishes to JetStream from any number of plain threads.
 
@@ -175,11 +185,11 @@ class JetStreamPublisher:
             raise ValueError(f"invalid stream name {stream!r}: use letters, digits, '-' and '_'")
         if duplicate_window_s < MIN_DUPLICATE_WINDOW_S:
             raise ValueError(f"the duplicate window must be at least {MIN_DUPLICATE_WINDOW_S}s")
-        self._servers = [server.strip() for server in url.split(",") if server.strip()]
+        self._servers = nats_servers(url)
         if not self._servers:
             raise ValueError("a NATS url is required")
         # For log lines and errors: the servers without any user:password@.
-        self.where = ", ".join(re.sub(r"//[^@/]*@", "//", server) for server in self._servers)
+        self.where = ", ".join(map(without_credentials, self._servers))
         self.stream = stream
         self.subjects = list(subjects)
         self._duplicate_window_s = duplicate_window_s
@@ -319,7 +329,7 @@ class JetStreamPublisher:
     def _connected_to(self) -> str:
         """The server of the connection now, without credentials (several may be named)."""
         url = self._nc.connected_url if self._nc is not None else None
-        return re.sub(r"//[^@/]*@", "//", url.geturl()) if url is not None else self.where
+        return without_credentials(url.geturl()) if url is not None else self.where
 
     async def _on_error(self, error: Exception) -> None:
         # nats-py reports every failed attempt (one each 2 s while NATS is down): log changes only.

@@ -5,7 +5,6 @@ No tenant data: counts, ages and heartbeats only.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +13,8 @@ from django.db import connection
 from django.db.models import Count
 
 from core.ids import iso_ms, utcnow
+from delivery.nats import nats_servers as servers_of
+from delivery.nats import without_credentials
 from execution.models import HttpExecution
 from orchestration.selectors import status_counts
 from outbox.selectors import outbox_backlog
@@ -46,7 +47,7 @@ def database_server() -> dict[str, Any]:
 
 def nats_servers() -> list[str]:
     """The NATS servers of NATS_URL, without credentials (none when NATS is not used)."""
-    return [re.sub(r"//[^@/]*@", "//", server.strip()) for server in settings.NATS_URL.split(",") if server.strip()]
+    return [without_credentials(server) for server in servers_of(settings.NATS_URL)]
 
 
 def _worker(now: datetime) -> dict[str, Any]:
