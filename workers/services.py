@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 
 from core.ids import new_id, utcnow
-from core.partitions import DailyPartitions, drop, make_ahead, partitions
+from core.partitions import DailyPartitions, drop, drop_detached, make_ahead, partitions
 from workers.models import LoopRun, WorkerSession
 
 # Loop runs partitioned by day of their start on PostgreSQL (docs/schema.md, "History
@@ -86,6 +86,7 @@ def runs_delete_older_than(*, before: datetime) -> int:
     partitioned by day (PostgreSQL), the days wholly before it go with their partitions
     (counted by PostgreSQL's estimate of their rows), and only the rest of the last day row by
     row (its started_at is the partition key, so the DELETE reads only that day's partition)."""
+    drop_detached(RUN_DAYS)  # a crashed run's
     deleted = 0
     for day in partitions(RUN_DAYS):
         if day.default or day.upper is None or day.upper > before:

@@ -10,7 +10,7 @@ from datetime import datetime
 from django.db import transaction
 
 from core.partition_queries import key_range
-from core.partitions import Partition, drop, drop_past_days, make_ahead, partition_of
+from core.partitions import Partition, drop, drop_detached, drop_past_days, make_ahead, partition_of
 from delivery.models import Notification, Subscription
 from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS, OPEN_SQL
 
@@ -48,6 +48,7 @@ def notifications_delete_before(
         tries = partition_of(day, ATTEMPT_DAYS)
         return drop(NOTIFICATION_DAYS, day, unless=_STILL_OPEN, with_=[(ATTEMPT_DAYS, tries)] if tries else [])
 
+    drop_detached(ATTEMPT_DAYS)  # a crashed run's
     deleted, left = drop_past_days(NOTIFICATION_DAYS, before=before, drop_day=drop_day, write_guard=write_guard)
     for lower, upper in left:
         rows = Notification.objects.filter(key_range("notification_id", lower, upper))

@@ -1,14 +1,18 @@
 """Retention of notifications partitioned by day (PostgreSQL): a day wholly past retention whose
 notifications are all final goes whole with its tries, at once however many they are; a pending
 notification in an old day is never lost (its day stays, the final ones there go row by row);
-a disabled subscription's waiting ones keep no day (docs/schema.md, "History partitioned by day")."""
+a disabled subscription's waiting ones keep no day; the day's files are freed while no query of
+the history waits, and a day a run left detached goes at the next (docs/schema.md, "History
+partitioned by day")."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 
 from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
@@ -106,3 +110,80 @@ def test_a_disabled_subscriptions_waiting_notifications_keep_no_day(world):
 
     assert NOTIFICATION_DAYS.partition_name(day_ago(40)) not in names(NOTIFICATION_DAYS)
     assert not Notification.objects.exists()
+
+
+def _detached() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname FROM pg_class WHERE relname LIKE '%%\\_detached' ORDER BY 1")
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_days_files_are_freed_while_no_query_of_the_history_or_the_subscriptions_waits(world):
+    """The drop of a detached day holds only that day's own table: its foreign keys went first,
+    so not even the subscriptions it referred to are locked while its files are freed."""
+    subscription = _subscription()
+    days_made([40])
+    bulk_delivered(40, 1000, subscription)
+    dropping, release = threading.Event(), threading.Event()
+    locked: list[str] = []
+    failures: list[BaseException] = []
+
+    def pause_at_the_drop(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if sql.startswith("DROP TABLE") and "event_notifications" in sql:
+            dropping.set()
+            release.wait(20)
+        return result
+
+    def retention() -> None:
+        try:
+            with connection.execute_wrapper(pause_at_the_drop):
+                notifications_delete_before(before=_cutoff())
+        except BaseException as exc:  # reported by the test's thread
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=retention)
+    worker.start()
+    try:
+        assert dropping.wait(20), failures
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT DISTINCT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                "WHERE l.pid <> pg_backend_pid() AND l.granted AND c.relnamespace = current_schema()::regnamespace"
+            )
+            locked = sorted(row[0] for row in cursor.fetchall())
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '200ms'")
+            assert Notification.objects.count() == 0
+            assert DeliveryAttempt.objects.count() == 0
+            assert Subscription.objects.filter(pk=subscription.pk).exists()
+    finally:
+        release.set()
+        worker.join(20)
+    assert not failures, failures
+    day = NOTIFICATION_DAYS.partition_name(day_ago(40))
+    # The detached table and its own indexes (still named after the partition), nothing else.
+    assert f"{day}_detached" in locked and all(name.startswith(day) for name in locked), locked
+    assert _detached() == []
+
+
+def test_a_day_a_run_left_detached_goes_at_the_next_run(world, monkeypatch):
+    """A retention run that ends between the detach and the drop (the process killed) leaves the
+    day's tables detached and renamed; the next run drops them."""
+    subscription = _subscription()
+    days_made([40])
+    bulk_delivered(40, 100, subscription)
+    with monkeypatch.context() as patched:
+        patched.setattr("core.partitions.drop_detached", lambda spec, **kwargs: [])
+        notifications_delete_before(before=_cutoff())
+    day = day_ago(40)
+    assert _detached() == sorted(
+        [f"{ATTEMPT_DAYS.partition_name(day)}_detached", f"{NOTIFICATION_DAYS.partition_name(day)}_detached"]
+    )
+    assert not Notification.objects.exists() and not DeliveryAttempt.objects.exists()
+
+    notifications_delete_before(before=_cutoff())
+    assert _detached() == []
