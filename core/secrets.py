@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
 
 REDACTED = "***"
 SEALED = "$sealed"
@@ -125,3 +129,38 @@ def rotate_sealed(headers: dict[str, object]) -> dict[str, object]:
                 value = {SEALED: token.decode()}
         rotated[name] = value
     return rotated
+
+
+@dataclass
+class RotationResult:
+    """What a re-encryption under the first key did (`manage.py rotate_secrets`): rows examined,
+    rows re-encrypted, and the ids of those no configured key opens (left unchanged)."""
+
+    examined: int = 0
+    rotated: int = 0
+    failed: list[str] = field(default_factory=list)
+
+
+def rotate_sealed_columns(rows: QuerySet, columns: Sequence[str], *, dry_run: bool = False) -> RotationResult:
+    """Re-encrypt the sealed values held in `columns` of each row of `rows` under the first key
+    (a column that holds no sealed value is left alone), each row a conditional update on its old
+    values; for the app that owns the table to call (webhook and call-signing secrets)."""
+    result = RotationResult()
+    for pk, *values in rows.order_by("pk").values_list("pk", *columns):
+        result.examined += 1
+        old = dict(zip(columns, values, strict=True))
+        try:
+            new = rotate_sealed(old)
+        except SecretUnavailable:
+            result.failed.append(str(pk))
+            continue
+        if new == old:
+            continue
+        result.rotated += 1
+        if dry_run:
+            continue
+        with transaction.atomic():
+            current = rows.model.objects.select_for_update().filter(pk=pk).values_list(*columns).first()
+            if current is not None and dict(zip(columns, current, strict=True)) == old:  # else changed meanwhile
+                rows.model.objects.filter(pk=pk).update(**new)
+    return result

@@ -174,6 +174,8 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     def timed_out() -> Outcome:
         return failure(ErrorKind.TIMEOUT, f"no complete response within {request.timeout_ms} ms")
 
+    if request.cannot_send:
+        return failure(ErrorKind.INTERNAL_ERROR, request.cannot_send)
     refusal = header_refusal(request.headers)
     if refusal:
         return failure(ErrorKind.EGRESS_DENIED, refusal)

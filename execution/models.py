@@ -80,3 +80,25 @@ class HttpExecution(models.Model):
 
     def __str__(self) -> str:
         return f"{self.request_method} {self.request_url} ({self.state})"
+
+
+class CallSigning(models.Model):
+    """A tenant's signed calls (docs/api.md, "Signed calls"): while enabled, each attempt of its
+    calls carries Standard Webhooks headers (core/signing.py). The secrets are sealed like secret
+    headers; after a rotation the previous one signs too until previous_secret_until."""
+
+    tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, primary_key=True, related_name="+")
+    enabled = models.BooleanField(default=True)
+    secret = models.JSONField(editable=False)
+    previous_secret = models.JSONField(null=True, blank=True, editable=False)
+    previous_secret_until = models.DateTimeField(null=True, blank=True)
+    secret_created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "call_signing"
+        verbose_name = "call signing"
+        verbose_name_plural = "call signing"
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}: {'on' if self.enabled else 'off'}"

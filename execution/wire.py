@@ -27,6 +27,9 @@ class HttpRequest:
     # Headers the agent sets on this request itself (X-Service-Call-Id, X-Service-Call-Attempt:
     # docs/retries.md); a caller may not give them (egress.REFUSED_HEADERS).
     agent_headers: dict[str, str] = field(default_factory=dict)
+    # Why this request cannot go out at all (its signing secret cannot be unsealed): the attempt
+    # fails at once with InternalError, nothing sent.
+    cannot_send: str | None = None
 
 
 USER_AGENT = "ServiceAgent/1.0"

@@ -15,10 +15,12 @@ from datetime import datetime
 
 from django.db import transaction
 
+from core.ids import utcnow
 from core.logging import log_context
 from execution.http import HttpRequest, perform
 from execution.outcomes import Outcome
 from execution.services import Attempt, AttemptOrder, attempts_begin, attempts_finish
+from execution.signing import signed
 from orchestration.services import (
     CallKey,
     StartedCall,
@@ -38,22 +40,24 @@ START_CHUNK = 100
 
 def order_for(call: StartedCall) -> AttemptOrder:
     """The attempt to send: the call's request, plus the headers by which a receiver knows the
-    call and the attempt, to tell a retry from a duplicate (docs/retries.md)."""
+    call and the attempt, to tell a retry from a duplicate (docs/retries.md), and, when its tenant
+    signs its calls, the Standard Webhooks headers (execution/signing.py)."""
+    request = HttpRequest(
+        method=call.method,
+        url=call.url,
+        headers=call.headers,
+        body=call.body,
+        timeout_ms=call.timeout_ms,
+        agent_headers={
+            "X-Service-Call-Id": str(call.service_call_id),
+            "X-Service-Call-Attempt": str(call.attempt),
+        },
+    )
     return AttemptOrder(
         tenant_id=call.tenant_id,
         service_call_id=call.service_call_id,
         correlation_id=call.correlation_id,
-        request=HttpRequest(
-            method=call.method,
-            url=call.url,
-            headers=call.headers,
-            body=call.body,
-            timeout_ms=call.timeout_ms,
-            agent_headers={
-                "X-Service-Call-Id": str(call.service_call_id),
-                "X-Service-Call-Attempt": str(call.attempt),
-            },
-        ),
+        request=signed(request, tenant_id=call.tenant_id, msg_id=f"{call.service_call_id}.{call.attempt}", at=utcnow()),
         attempt=call.attempt,
         not_before=call.not_before.timestamp() if call.not_before else None,
     )

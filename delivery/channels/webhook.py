@@ -7,10 +7,8 @@ admin shows."""
 
 from __future__ import annotations
 
-import base64
 import functools
 import logging
-import secrets
 from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -20,7 +18,8 @@ from django.conf import settings
 from django.db.models import CheckConstraint, Q
 
 from core.ids import utcnow
-from core.secrets import SecretUnavailable, seal_value, unseal_value
+from core.secrets import SecretUnavailable, seal_value
+from core.signing import live_secrets, new_signing_secret, signature
 from delivery.channels.base import Channel, ChannelField, ErrorSink, NewSubscription, Tries
 from delivery.envelopes import WEBHOOK_MAX_BODY_BYTES, body_within
 from delivery.tries import ClaimedNotification, SendResult, failed_result
@@ -29,8 +28,6 @@ from execution.targets import url_error
 from execution.wire import USER_AGENT, HttpRequest
 
 if TYPE_CHECKING:
-    from standardwebhooks.webhooks import Webhook
-
     from delivery.models import Subscription
     from execution.aio import Sender
 
@@ -145,30 +142,14 @@ def sender() -> Sender:
 
 def new_webhook_secret() -> str:
     """`whsec_` + base64 of 32 random bytes (Standard Webhooks)."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    return new_signing_secret()
 
 
 def webhook_signature(subscription: Subscription, *, msg_id: str, at: datetime, body: str) -> str:
     """`v1,<base64>`, one per live secret, space-separated: during a rotation the previous
     secret signs too, so receivers may switch whenever they like within the overlap."""
-    sealed = [subscription.secret]
-    if subscription.previous_secret and subscription.previous_secret_until and subscription.previous_secret_until > at:
-        sealed.append(subscription.previous_secret)
-    keys = (tuple(settings.FIELD_ENCRYPTION_KEYS), settings.SECRET_KEY)
-    return " ".join(
-        _signer(tuple(secret.items()), keys).sign(msg_id=msg_id, timestamp=at, data=body) for secret in sealed
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def _signer(sealed: tuple[tuple[str, str], ...], keys: tuple[tuple[str, ...], str]) -> Webhook:
-    """The signer of a sealed secret under the sealing `keys` (core/secrets.py), unsealed once
-    per process rather than once per delivery: Fernet's decryption was a tenth of a webhook
-    try. A sealed value unseals to the same secret under the same keys, and a rotated secret is
-    another sealed value; a failure to unseal is not cached."""
-    from standardwebhooks.webhooks import Webhook  # with the first signature (see `sender`)
-
-    return Webhook(unseal_value(dict(sealed)))
+    sealed = live_secrets(subscription.secret, subscription.previous_secret, subscription.previous_secret_until, at=at)
+    return signature(sealed, msg_id=msg_id, at=at, body=body)
 
 
 def webhook_request(notification: ClaimedNotification, started: datetime) -> HttpRequest | SendResult:

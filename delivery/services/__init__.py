@@ -28,6 +28,7 @@ from delivery.services.subscriptions import (
     subscription_create,
     subscription_delete,
     subscription_rotate_secret,
+    subscription_secrets_rotate,
     subscription_update,
 )
 from delivery.tries import ClaimedNotification, SendResult
@@ -61,6 +62,7 @@ __all__ = [
     "subscription_delete",
     "subscription_recover",
     "subscription_rotate_secret",
+    "subscription_secrets_rotate",
     "subscription_send_test",
     "subscription_update",
 ]

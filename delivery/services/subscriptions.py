@@ -12,7 +12,7 @@ from django.db.models import Q
 from core.db.wakeups import Channel, notify
 from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
-from core.secrets import seal_value
+from core.secrets import RotationResult, rotate_sealed_columns, seal_value
 from delivery.channels import channel_for, channels
 from delivery.channels.nats import NATS
 from delivery.models import Notification, Subscription
@@ -151,6 +151,15 @@ def subscription_rotate_secret(*, tenant_id: str | None, subscription_id: uuid.U
         subscription.updated_at = now
         subscription.save()
     return subscription, secret
+
+
+def subscription_secrets_rotate(*, dry_run: bool = False) -> RotationResult:
+    """The webhook subscriptions' signing secrets re-encrypted under the first key of
+    FIELD_ENCRYPTION_KEYS (manage.py rotate_secrets); without it, removing the old key would leave
+    every webhook unsigned and undelivered."""
+    return rotate_sealed_columns(
+        Subscription.objects.filter(secret__isnull=False), ("secret", "previous_secret"), dry_run=dry_run
+    )
 
 
 def nats_subscription_ensure() -> Subscription | None:

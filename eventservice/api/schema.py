@@ -94,6 +94,7 @@ CLOSED_REQUEST_COMPONENTS = (
     "CreateSubscriptionRequest",
     "PatchedUpdateSubscriptionRequest",
     "RecoverInputRequest",
+    "SigningInputRequest",
     "CreateScheduleRequest",
     "PatchedUpdateScheduleRequest",
 )

@@ -1,7 +1,16 @@
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from eventservice.api import errors, flow_control, ops, schedules, schema, service_calls, subscriptions  # noqa: F401 (schema registers the auth scheme)
+from eventservice.api import (  # noqa: F401 (schema registers the auth scheme)
+    errors,
+    flow_control,
+    ops,
+    schedules,
+    schema,
+    service_calls,
+    signing,
+    subscriptions,
+)
 
 app_name = "api"
 
@@ -17,6 +26,7 @@ urlpatterns = [
     path(f"{CALL}/cancel", service_calls.ServiceCallCancelApi.as_view(), name="service-call-cancel"),
     path(f"{TENANT}/events", service_calls.TenantEventsApi.as_view(), name="tenant-events"),
     path(f"{TENANT}/flow-control", flow_control.FlowControlApi.as_view(), name="flow-control"),
+    path(f"{TENANT}/signing", signing.SigningApi.as_view(), name="signing"),
     # Subscriptions' operations are fixed suffixes of its path (delivery.representation builds
     # the links that way).
     path(f"{TENANT}/subscriptions", subscriptions.SubscriptionsApi.as_view(), name="subscriptions"),

@@ -11,6 +11,7 @@ from eventservice.dashboard.views import (
     flow_control,
     request_page,
     schedules,
+    signing,
     subscriptions,
     system,
 )
@@ -31,6 +32,7 @@ urlpatterns = [
     path("calls/<uuid:service_call_id>/favorite", details.call_favorite, name="call-favorite"),
     path("calls/<uuid:service_call_id>/rerun", details.call_rerun, name="call-rerun"),
     path("calls/<uuid:service_call_id>/cancel", details.call_cancel, name="call-cancel"),
+    path("signing/", signing.signing_page, name="signing"),
     path("subscriptions/", subscriptions.subscriptions_page, name="subscriptions"),
     path("subscriptions/new/", subscriptions.subscription_new, name="subscription-new"),
     path("subscriptions/<uuid:subscription_id>/", subscriptions.subscription_detail, name="subscription-detail"),

@@ -5,20 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
 
-from core.secrets import SecretUnavailable, is_sealed, rotate_sealed
+from core.secrets import RotationResult, SecretUnavailable, is_sealed, rotate_sealed
 from orchestration.models import ServiceCall
-
-
-@dataclass
-class RotationResult:
-    examined: int = 0
-    rotated: int = 0
-    failed: list[str] | None = None
 
 
 def _batches(batch_size: int) -> Iterator[list[tuple[Any, dict]]]:

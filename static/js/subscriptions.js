@@ -1,4 +1,4 @@
-/* Subscription page: copy the once-shown secret; send the recover time in UTC too. */
+/* Subscription and Signing pages: copy the once-shown secret; send the recover time in UTC too. */
 (function () {
   "use strict";
 

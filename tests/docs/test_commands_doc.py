@@ -166,6 +166,7 @@ IDS = (API_KEY, KEY_PREFIX, UUID, TABLE_ID)
 # Replaced in this order: a secret printed once may look like anything, a key like an id.
 VARYING = [
     (re.compile(r"(not shown again\)?:\n)\S+"), r"\1<shown once>"),
+    (re.compile(r"whsec_[A-Za-z0-9+/]{43}="), "<signing secret>"),
     (re.compile(r"^(  admin / )[A-Za-z0-9_-]{16}(?=\s)", re.M), r"\1<random password>"),  # seed_demo's
     (API_KEY, "<api key>"),
     (KEY_PREFIX, "<key prefix>"),

@@ -45,7 +45,7 @@ def test_the_documented_defaults_and_bounds_are_the_validators():
         assert f"`{value}`" in text
 
 
-def test_the_documented_headers_are_the_ones_each_attempt_carries():
+def test_the_documented_headers_are_the_ones_each_attempt_carries(db):
     call = StartedCall("acme", uuid.UUID(int=7), "c", "GET", "http://x.test/", {}, None, 1000, attempt=3)
     sent = order_for(call).request.agent_headers
     rows = dict(re.findall(r"^\| `(X-Service-Call-[A-Za-z]+)` \| ([^|]+) \|$", DOC.read_text(), re.M))

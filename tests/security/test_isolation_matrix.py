@@ -23,6 +23,8 @@ from django.test import Client
 
 from core.ids import short_id
 from delivery.models import Notification, Subscription
+from execution.models import CallSigning
+from execution.signing import call_signing_set
 from orchestration.models import FlowControl, ServiceCall, ServiceCallTag
 from orchestration.services import CallKey
 from outbox.models import OutboxEvent
@@ -81,6 +83,8 @@ def acme(transactional_db, world, http_target) -> Acme:
     record_try(deliveries[0], succeeded=False, status_code=500, response_snippet=ACME_HOOK_ANSWER, error="HTTP 500")
     # acme's flow-control limits, made after its calls ran (a host no call goes to).
     make_flow_control("acme", hosts={ACME_FLOW_HOST: {"parallelism": 3}})
+    # acme signs its calls (its secret, shown once, must never show again).
+    _, signing_secret = call_signing_set(tenant_id="acme", enabled=True)
     return Acme(
         objects=AcmeObjects(
             call=ran.pk,
@@ -102,6 +106,7 @@ def acme(transactional_db, world, http_target) -> Acme:
             ACME_HOOK_ANSWER,
             ACME_FLOW_HOST,
             hook_secret,
+            signing_secret,
             ACME_SCHEDULE_NAME,
             ACME_SCHEDULE_PATH,
         ],
@@ -171,7 +176,8 @@ def _acme_state() -> tuple:
         .order_by("pk")
         .values_list("pk", "name", "cron", "paused", "advance_at", "revision")
     )
-    return calls, tags, members, keys, events, hooks, deliveries, flow, schedules
+    signing = tuple(CallSigning.objects.filter(tenant_id="acme").values_list("enabled", "secret", "updated_at"))
+    return calls, tags, members, keys, events, hooks, deliveries, flow, schedules, signing
 
 
 def test_every_route_can_be_filled_with_acmes_ids(acme):

@@ -89,7 +89,7 @@ def test_it_fails_and_keeps_values_no_configured_key_decrypts(world, settings):
     kept = make_call(name="kept", headers={"Authorization": "Bearer kept-666"})
     token = _token(lost, "Authorization")
     settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
-    with pytest.raises(CommandError, match=rf"1 calls or schedules hold secrets .* call {lost.pk}"):
+    with pytest.raises(CommandError, match=rf"1 stored secrets cannot be decrypted .* call {lost.pk}"):
         _run()
     assert _token(lost, "Authorization") == token
     assert Fernet(NEW.encode()).decrypt(_token(kept, "Authorization")) == b"Bearer kept-666"
@@ -134,3 +134,41 @@ def test_it_rotates_the_schedules_secrets_too(world, settings):
     assert "Examined 1 schedules; re-encrypted the secrets of 1." in output
     token = Schedule.objects.get(pk=schedule.pk).request_spec["headers"]["Authorization"][SEALED]
     assert Fernet(NEW.encode()).decrypt(token.encode()) == b"Bearer sched-secret"
+
+
+def test_the_signing_secrets_of_webhooks_and_of_signed_calls_are_re_encrypted_too(world, settings):
+    """Removing the old key after the command must leave every webhook and every signed call able
+    to sign, with the same secrets."""
+    from datetime import UTC, datetime
+
+    from standardwebhooks import Webhook
+
+    from delivery.channels.webhook import webhook_signature
+    from delivery.models import Subscription
+    from execution.models import CallSigning
+    from execution.signing import call_signing_set, signed
+    from execution.wire import HttpRequest
+    from tests.support.subscriptions import make_subscription
+
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    hook, hook_secret = make_subscription("acme", url="http://127.0.0.1:9/hook")
+    _, call_secret = call_signing_set(tenant_id="acme", enabled=True)
+    call_signing_set(tenant_id="acme", enabled=True, rotate=True)  # the previous secret signs too
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    output = _run()
+    assert "Examined 1 webhook subscriptions; re-encrypted the signing secrets of 1." in output
+    assert "Examined 1 tenants' call signing; re-encrypted the secrets of 1." in output
+
+    settings.FIELD_ENCRYPTION_KEYS = [NEW]
+    at = datetime.now(UTC)
+    hook = Subscription.objects.get(pk=hook.pk)
+    header = webhook_signature(hook, msg_id="msg_1", at=at, body="{}")
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(int(at.timestamp())), "webhook-signature": header}
+    Webhook(hook_secret).verify("{}", headers)
+    row = CallSigning.objects.get(tenant_id="acme")
+    assert Fernet(NEW.encode()).decrypt(row.previous_secret[SEALED].encode()) == call_secret.encode()
+    request = signed(HttpRequest("POST", "http://127.0.0.1:9/", {}, "x", 1000), tenant_id="acme", msg_id="c.1", at=at)
+    assert request.cannot_send is None
+    Webhook(call_secret).verify(
+        "x", request.agent_headers, json_parse=False
+    )  # the previous secret's signature is among them

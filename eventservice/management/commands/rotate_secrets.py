@@ -1,20 +1,23 @@
 """manage.py rotate_secrets: re-encrypt sealed header values under the first key.
 
-It lives at the edge: it serves two apps, re-encrypting the calls' sealed values (orchestration)
-and the schedules' (schedules).
+It lives at the edge: it serves four apps, re-encrypting the calls' sealed values (orchestration),
+the schedules' (schedules), the webhook subscriptions' signing secrets (delivery) and the tenants'
+call-signing secrets (execution), each through the app that owns the table.
 """
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
+from delivery.services import subscription_secrets_rotate
+from execution.signing import signing_secrets_rotate
 from orchestration.services import sealed_values_rotate
 from schedules.services import schedule_sealed_values_rotate
 
 
 class Command(BaseCommand):
     help = (
-        "Re-encrypt every stored secret header value under the first key of "
+        "Re-encrypt every stored secret (header values, signing secrets) under the first key of "
         "FIELD_ENCRYPTION_KEYS (values already under it are left alone). Run it after "
         "putting a new key first and before removing an old key; see docs/security.md. "
         "Exits non-zero if some value cannot be decrypted with any configured key."
@@ -32,10 +35,23 @@ class Command(BaseCommand):
         self.stdout.write(f"Examined {result.examined} calls; {verb} the secrets of {result.rotated}.")
         schedules = schedule_sealed_values_rotate(dry_run=dry_run)
         self.stdout.write(f"Examined {schedules.examined} schedules; {verb} the secrets of {schedules.rotated}.")
-        failed = [*(f"call {i}" for i in result.failed or []), *(f"schedule {i}" for i in schedules.failed or [])]
+        hooks = subscription_secrets_rotate(dry_run=dry_run)
+        self.stdout.write(
+            f"Examined {hooks.examined} webhook subscriptions; {verb} the signing secrets of {hooks.rotated}."
+        )
+        signing = signing_secrets_rotate(dry_run=dry_run)
+        self.stdout.write(
+            f"Examined {signing.examined} tenants' call signing; {verb} the secrets of {signing.rotated}."
+        )
+        failed = [
+            *(f"call {i}" for i in result.failed or []),
+            *(f"schedule {i}" for i in schedules.failed or []),
+            *(f"subscription {i}" for i in hooks.failed),
+            *(f"call signing of tenant {i}" for i in signing.failed),
+        ]
         if failed:
             shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
             raise CommandError(
-                f"{len(failed)} calls or schedules hold secrets that no key in FIELD_ENCRYPTION_KEYS "
-                f"decrypts (left unchanged): {shown}. Put the old key back in the list and run again."
+                f"{len(failed)} stored secrets cannot be decrypted by any key in FIELD_ENCRYPTION_KEYS "
+                f"(left unchanged): {shown}. Put the old key back in the list and run again."
             )
