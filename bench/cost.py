@@ -19,12 +19,14 @@ fresh SQLite database, and counts what it costs:
 - `post`: POST /api/tenants/<t>/service-calls with the load client's body (bench/load_client.py),
   through the project's WSGI handler, middleware and API-key authentication, as gunicorn calls
   it; `floor`: the same POSTs to the floor view (bench/floor.py), which prices the stack
-  itself.
+  itself; `batch`: the same calls a hundred to a POST of .../service-calls/batch, priced per call
+  beside `post`'s.
 
     python bench/cost.py delivery --count 300              # CPU seconds, per notification
     python bench/cost.py delivery --kind nats --callgrind  # instructions per NATS notification
     python bench/cost.py call --count 300 --callgrind      # instructions per drained call
     python bench/cost.py post --count 500 --callgrind      # instructions per POST and floor
+    python bench/cost.py batch --count 500                 # CPU per call, a hundred to a POST
 
 With `--callgrind` it runs itself under `valgrind --tool=callgrind` (Debian's `valgrind`),
 counting only the measured part (not the setup, the warm-up or, for `delivery`, the events'
@@ -37,6 +39,7 @@ figures include.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -58,6 +61,8 @@ EVENTS_PER_CALL = 2  # Running, then Succeeded: as a drained call's
 BATCH_CALLS = 100  # calls whose events are appended in one transaction
 WARMUP_CALLS = 20
 WARMUP_POSTS = 50
+# Calls per POST of the `batch` subject: the API's most.
+BATCH = 100
 DELIVER_WITHIN_SECONDS = 600  # valgrind runs the process some fifty times slower
 
 
@@ -301,9 +306,11 @@ def _drain() -> None:
             raise SystemExit(f"not drained within {DELIVER_WITHIN_SECONDS} s")
 
 
-def measure_post(count: int, *, floor: bool) -> dict:
+def measure_post(count: int, *, floor: bool, batch: int = 0) -> dict:
     """`count` POSTs of a service call (or, with `floor`, to the floor view) through the WSGI
-    handler, each with the load client's body; every one must answer 202."""
+    handler, each with the load client's body; every one must answer 202. With `batch`, the same
+    calls in POSTs of `batch` calls each to .../service-calls/batch, every item answering 202
+    (`count` rounded up to whole batches)."""
     import io
     import warnings
 
@@ -317,12 +324,15 @@ def measure_post(count: int, *, floor: bool) -> dict:
     warnings.filterwarnings("ignore", message="No directory at")  # WhiteNoise: no collectstatic here
     authorization = f"Bearer {api_key()}"
     handler = WSGIHandler()
-    path = FLOOR_PATH if floor else API_PATH
+    path = FLOOR_PATH if floor else API_PATH + ("/batch" if batch else "")
     due = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
     answers: list[str] = []
 
     def post(index: int) -> None:
         data = body(index, due, "http://127.0.0.1:9/target")
+        if batch:
+            calls = [json.loads(body(index * batch + n, due, "http://127.0.0.1:9/target")) for n in range(batch)]
+            data = json.dumps({"calls": calls}).encode()
         environ = {
             "REQUEST_METHOD": "POST",
             "PATH_INFO": path,
@@ -345,17 +355,22 @@ def measure_post(count: int, *, floor: bool) -> dict:
             "wsgi.version": (1, 0),
         }
         response = handler(environ, lambda status, _headers, exc_info=None: answers.append(status))
-        b"".join(response)
+        content = b"".join(response)
         response.close()
+        if batch and answers[-1].startswith("200"):  # a batch's answer: each item's own status
+            answers[-1:] = [str(item["status"]) for item in json.loads(content)["results"]]
 
-    for index in range(WARMUP_POSTS):
+    posts = -(-count // batch) if batch else count
+    warmup = max(1, WARMUP_POSTS // batch) if batch else WARMUP_POSTS
+    for index in range(warmup):
         post(-1 - index)
     _instrumentation(True)
     cpu, wall = time.process_time(), time.monotonic()
-    for index in range(count):
+    for index in range(posts):
         post(index)
     cpu, wall = time.process_time() - cpu, time.monotonic() - wall
     _instrumentation(False)
+    count = posts * batch if batch else count
     refused = [status for status in answers if not status.startswith("202")]
     if refused:
         raise SystemExit(f"{len(refused)} of {len(answers)} POSTs were not accepted: {refused[:3]}")
@@ -398,9 +413,12 @@ def _callgrind(subject: str, count: int, receivers: int, kind: str = "webhook") 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("subject", choices=["delivery", "call", "post", "floor"])
+    parser.add_argument("subject", choices=["delivery", "call", "post", "floor", "batch"])
     parser.add_argument(
-        "--count", type=int, default=300, help="delivery: calls, two events each; call: calls; post, floor: POSTs"
+        "--count",
+        type=int,
+        default=300,
+        help="delivery: calls, two events each; call: calls; post, floor: POSTs; batch: calls",
     )
     parser.add_argument("--receivers", type=int, default=2, help="delivery: webhook subscriptions (default 2)")
     parser.add_argument(
@@ -423,6 +441,10 @@ def main() -> None:
         elif args.subject == "call":
             per = _callgrind("call", args.count, args.receivers) / args.count
             print(f"instructions per drained call (no subscribers): {per:,.0f}")
+        elif args.subject == "batch":  # per call, beside the single POST's
+            batch = _callgrind("batch", args.count, args.receivers) / args.count
+            post = _callgrind("post", args.count, args.receivers) / args.count
+            print(f"instructions per call: in batches of {BATCH}: {batch:,.0f}; one POST each: {post:,.0f}")
         else:  # the POST and its floor, in two runs: their ratio is what the bench's target prices
             post = _callgrind("post", args.count, args.receivers) / args.count
             floor = _callgrind("floor", args.count, args.receivers) / args.count
@@ -435,7 +457,12 @@ def main() -> None:
         os.environ.update({"NATS_URL": NATS_URL, **nats_settings})
     with tempfile.TemporaryDirectory(prefix="bench-cost-") as data_dir:
         # The floor's settings: the project's, with the floor view in the URLconf (bench/floor.py).
-        os.environ.update(agent_env(Path(data_dir), DJANGO_SETTINGS_MODULE="bench.floor_settings"))
+        # No submissions ceiling: the POSTs come one after another as fast as the handler answers.
+        os.environ.update(
+            agent_env(
+                Path(data_dir), DJANGO_SETTINGS_MODULE="bench.floor_settings", CEILING_SUBMISSIONS_PER_SECOND="100000"
+            )
+        )
         import django
 
         django.setup()
@@ -449,6 +476,9 @@ def main() -> None:
                 unit = "notification"
             elif args.subject == "call":
                 result = measure_call(args.count, children)
+                unit = "call"
+            elif args.subject == "batch":
+                result = measure_post(args.count, floor=False, batch=BATCH)
                 unit = "call"
             else:
                 result = measure_post(args.count, floor=args.subject == "floor")

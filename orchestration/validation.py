@@ -323,6 +323,26 @@ def body_size(body: Any) -> int:
         raise ValueError("The body must be a string or a JSON value.") from None
 
 
+# Calls in one batch submission, at most.
+BATCH_MAX = 100
+
+
+def validate_batch(data: Any) -> list[Any]:
+    """A batch's items (docs/api.md, "Batches"): `{calls: [1 to BATCH_MAX items]}`, each then
+    checked on its own by `validate_submission`. Raises ValidationFailed for any other body."""
+    if not isinstance(data, dict):
+        raise ValidationFailed({"body": ["The request body must be a JSON object: {calls: [...]}."]})
+    unknown = sorted(set(data) - {"calls"})
+    if unknown:
+        raise ValidationFailed({name: ["Unknown field."] for name in unknown})
+    calls = data.get("calls")
+    if not isinstance(calls, list) or not calls:
+        raise ValidationFailed({"calls": [f"A list of 1 to {BATCH_MAX} calls is required."]})
+    if len(calls) > BATCH_MAX:
+        raise ValidationFailed({"calls": [f"At most {BATCH_MAX} calls a batch; this one has {len(calls)}."]})
+    return calls
+
+
 def validate_submission(data: Any, *, idempotency_header: str | None = None) -> Submission:
     """Check a submission in the wire shape and return it cleaned, or raise ValidationFailed."""
     errors = _Errors()

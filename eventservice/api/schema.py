@@ -95,6 +95,7 @@ CLOSED_REQUEST_COMPONENTS = (
     "PatchedUpdateSubscriptionRequest",
     "RecoverInputRequest",
     "SigningInputRequest",
+    "BatchInputRequest",
     "CreateScheduleRequest",
     "PatchedUpdateScheduleRequest",
 )

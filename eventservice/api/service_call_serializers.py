@@ -10,6 +10,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from delivery.models import Notification
+from eventservice.api.schema import ProblemSerializer
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
 from orchestration.retries import (
@@ -252,3 +253,25 @@ class RerunInputSerializer(serializers.Serializer):
         allow_null=True,
         help_text="As a submission's: ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
     )
+
+
+class BatchInputSerializer(serializers.Serializer):
+    calls = SubmitServiceCallSerializer(
+        many=True, help_text="1 to 100 calls, each as `POST .../service-calls` takes one."
+    )
+
+
+class BatchItemSerializer(serializers.Serializer):
+    status = serializers.IntegerField(
+        help_text="As the single submission would answer: 202 stored now, 200 stored earlier under its idempotency "
+        "key, 400 refused (the call not stored), 409 its idempotency key used with another payload."
+    )
+    call = ServiceCallSerializer(required=False, help_text="The call, for 202 and 200.")
+    problem = ProblemSerializer(required=False, help_text="Why the item was refused, for 400 and 409.")
+
+
+class BatchOutputSerializer(serializers.Serializer):
+    results = BatchItemSerializer(many=True, help_text="One per item, in the items' order.")
+    accepted = serializers.IntegerField(help_text="Items stored by this request.")
+    replayed = serializers.IntegerField(help_text="Items answered with the call stored earlier under their key.")
+    refused = serializers.IntegerField(help_text="Items refused; nothing of them is stored.")

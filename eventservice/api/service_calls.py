@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from core.errors import ValidationFailed
 from eventservice.api import service_call_serializers as s
 from eventservice.api.base import TenantApiView, TenantCollectionApi, keyset_page, paging_params, parse_limit
-from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from eventservice.api.errors import PROBLEM_CONTENT_TYPE, problem_body
 from eventservice.api.parsers import JSONParser
 from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, ProblemSerializer, problem_responses
 from eventservice.api.throttles import SubmissionThrottle
@@ -31,12 +31,15 @@ from orchestration.models import ServiceCall
 from orchestration.representation import event_representation, service_call_representation
 from orchestration.selectors import service_call_get, service_calls_for_tenant
 from orchestration.services import (
+    BATCH_MAX,
+    BatchResult,
     service_call_cancel,
     service_call_rerun,
     service_call_submit,
     service_call_tags_set,
+    service_calls_submit_batch,
 )
-from orchestration.validation import validate_rerun, validate_submission
+from orchestration.validation import validate_batch, validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 
@@ -154,6 +157,84 @@ class ServiceCallSubmitApi(ServiceCallBaseApi):
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
             headers={"Location": body["links"]["self"]},
         )
+
+
+class BatchSubmissionThrottle(SubmissionThrottle):
+    """A batch counts each of its calls against the submissions ceiling: it is let in while the
+    key is under its ceiling, as a single submission is, and the submissions after it wait until
+    its calls have left the window (docs/api.md, "Batches")."""
+
+    def throttle_success(self) -> bool:
+        calls = self.request_data.get("calls") if isinstance(self.request_data, dict) else None
+        for _ in range(max(1, min(len(calls), BATCH_MAX) if isinstance(calls, list) else 1) - 1):
+            self.history.insert(0, self.now)
+        return super().throttle_success()
+
+    def allow_request(self, request: Request, view: Any) -> bool:
+        self.request_data = request.data if request.method == "POST" else None
+        return super().allow_request(request, view)
+
+
+class ServiceCallBatchApi(ServiceCallBaseApi):
+    """POST up to 100 calls at once, each accepted or refused on its own."""
+
+    throttle_classes = [BatchSubmissionThrottle]
+
+    @extend_schema(
+        operation_id="service_calls_submit_batch",
+        summary="Submit up to 100 service calls at once",
+        description=(
+            "`{calls: [...]}`, each item as `POST .../service-calls` takes one (its own `idempotencyKey`). Each is "
+            "checked and accepted or refused on its own; the answer has a result per item, in order: `status` 202 "
+            "and the call (stored now), 200 and the call (stored earlier under its key), or 400/409 and the "
+            "problem (nothing of it stored). The accepted calls are stored together, in one transaction. A body "
+            "that is not `{calls: [1 to 100 items]}` is a 400 for the whole request, and nothing is stored. Each "
+            "call counts against the submissions ceiling."
+        ),
+        parameters=[TENANT_PARAM],
+        request=s.BatchInputSerializer,
+        responses={
+            200: OpenApiResponse(s.BatchOutputSerializer, description="A result per item, in order."),
+            **_problems(400, 401, 403, 404, 413, 429),
+        },
+    )
+    def post(self, request: Request, tenant_id: str) -> Response:
+        items = validate_batch(request.data)
+        checked: list[Any] = []
+        for item in items:
+            try:
+                checked.append(validate_submission(item))
+            except ValidationFailed as exc:
+                checked.append(exc)
+        results = service_calls_submit_batch(
+            tenant_id=self.tenant_id, items=checked, correlation_id=request.correlation_id
+        )
+        answers = [_batch_answer(request, result) for result in results]
+        return Response(
+            {
+                "results": answers,
+                "accepted": sum(1 for answer in answers if answer["status"] == 202),
+                "replayed": sum(1 for answer in answers if answer["status"] == 200),
+                "refused": sum(1 for answer in answers if answer["status"] >= 400),
+            }
+        )
+
+
+def _batch_answer(request: Request, result: BatchResult) -> dict[str, Any]:
+    if result.error is not None:
+        error = result.error
+        problem = problem_body(
+            slug=error.type_slug,
+            title=error.title,
+            status_code=error.status,
+            detail=error.detail,
+            correlation_id=request.correlation_id,
+            errors=error.errors or None,
+        )
+        return {"status": error.status, "problem": problem}
+    if result.created:
+        return {"status": 202, "call": service_call_representation(result.call, tags=result.tags, request=request)}
+    return {"status": 200, "call": _call(request, result.call.tenant_id, result.call.service_call_id)}
 
 
 class ServiceCallsApi(ServiceCallListApi, ServiceCallSubmitApi):

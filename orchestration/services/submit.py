@@ -30,7 +30,7 @@ from orchestration.retries import (
 from orchestration.services.calls import EVENT_BODY_SNIPPET, call_event, enqueue_start, public_request_spec
 from orchestration.validation import Submission
 from outbox.models import OutboxEvent
-from outbox.services import PreparedEvents, outbox_append, outbox_prepare
+from outbox.services import NewEvent, PreparedEvents, outbox_append, outbox_prepare
 from tenants.selectors import tenant_ceilings_get
 from timer.services import timer_register
 
@@ -142,6 +142,9 @@ class _NewCall:
     events: PreparedEvents
     correlation_id: str
     due_now: bool
+    # The same rows as values, for a batch's one INSERT per table (orchestration/services/batch.py).
+    tag_rows: list[tuple[str, uuid.UUID, str]]
+    new_events: list[NewEvent]
 
 
 def _new_call(
@@ -183,37 +186,34 @@ def _new_call(
         occurrence_at=occurrence[1] if occurrence else None,
         target_host=target_host(submission.url),
     )
-    events = outbox_prepare(
-        events=[
-            call_event(
-                call,
-                OutboxEvent.Type.SUBMITTED,
-                {
-                    "name": call.name,
-                    "requestSpec": public_request_spec(spec, body_limit=EVENT_BODY_SNIPPET),
-                    "submittedAt": iso_ms(now),
-                    "dueAt": iso_ms(due_at),
-                    "tags": submission.tags,
-                    **({"retryPolicy": call.retry_policy} if call.retry_policy else {}),
-                    **({"scheduleId": str(occurrence[0]), "occurrenceAt": iso_ms(occurrence[1])} if occurrence else {}),
-                    **({"rerunOf": str(rerun_of)} if rerun_of else {}),
-                },
-                now,
-            ),
-            call_event(call, OutboxEvent.Type.SCHEDULED, {"dueAt": iso_ms(due_at)}, now),
-        ]
-    )
+    new_events = [
+        call_event(
+            call,
+            OutboxEvent.Type.SUBMITTED,
+            {
+                "name": call.name,
+                "requestSpec": public_request_spec(spec, body_limit=EVENT_BODY_SNIPPET),
+                "submittedAt": iso_ms(now),
+                "dueAt": iso_ms(due_at),
+                "tags": submission.tags,
+                **({"retryPolicy": call.retry_policy} if call.retry_policy else {}),
+                **({"scheduleId": str(occurrence[0]), "occurrenceAt": iso_ms(occurrence[1])} if occurrence else {}),
+                **({"rerunOf": str(rerun_of)} if rerun_of else {}),
+            },
+            now,
+        ),
+        call_event(call, OutboxEvent.Type.SCHEDULED, {"dueAt": iso_ms(due_at)}, now),
+    ]
+    tag_rows = [(tenant_id, call.service_call_id, tag) for tag in submission.tags]
     return _NewCall(
         call=call,
         call_insert=insert_prepare([call]),
-        tags_insert=insert_rows_prepare(
-            ServiceCallTag,
-            fields=("tenant", "service_call", "tag"),
-            rows=[(tenant_id, call.service_call_id, tag) for tag in submission.tags],
-        ),
-        events=events,
+        tags_insert=insert_rows_prepare(ServiceCallTag, fields=("tenant", "service_call", "tag"), rows=tag_rows),
+        events=outbox_prepare(events=new_events),
         correlation_id=correlation_id,
         due_now=due_at <= now,
+        tag_rows=tag_rows,
+        new_events=new_events,
     )
 
 

@@ -33,6 +33,8 @@ def _cost(*args: str, timeout: int = 300) -> str:
         ("call", "30", "30 calls in "),
         ("post", "20", "20 POSTs in "),
         ("floor", "20", "20 POSTs in "),
+        ("batch", "150", "200 calls in "),  # two batches of a hundred
+        ("post", "60", "60 POSTs in "),  # past the default submissions ceiling: the run lifts it
     ],
 )
 def test_each_subject_runs_to_its_end_and_reports_its_cost(subject, count, expected):
