@@ -1,8 +1,9 @@
-"""Rules for text that people read back: names shown by the dashboard and the admin, checked
-alike by every module that takes one (orchestration's calls, delivery's subscriptions)."""
+"""Rules for text that people read back: names and tags shown by the dashboard and the admin,
+checked alike by every module that takes one (orchestration's calls, delivery's subscriptions)."""
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 # Unicode categories: Cc the control characters (C0, DEL and C1 such as NEL U+0085), Cf the
@@ -29,4 +30,18 @@ def name_problem(name: str) -> str | None:
             f"The name must not contain invisible formatting characters (U+{ord(ch):04X}): "
             "they change how it is displayed."
         )
+    return None
+
+
+MAX_TAG = 64
+MAX_TAGS = 20
+_TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,64}\Z")
+
+
+def tag_problem(tag: object) -> str | None:
+    """Why `tag` may not be a tag (of a call, or one a subscription filters by), or None."""
+    if not isinstance(tag, str) or not _TAG_RE.match(tag):
+        return f"Tag {str(tag)[:40]!r} must be 1-{MAX_TAG} characters without whitespace."
+    if (ch := first_of(tag, INVISIBLE)) is not None:
+        return f"Tag {tag[:40]!r} must not contain control or invisible formatting characters (U+{ord(ch):04X})."
     return None

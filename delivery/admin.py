@@ -44,6 +44,7 @@ WIRE_FIELDS = {
     "name": "name",
     **{field.wire: field.column for channel in channels() for field in channel.fields},
     "eventTypes": "event_types",
+    "tags": "tags",
     "enabled": "enabled",
 }
 
@@ -69,6 +70,11 @@ class SubscriptionAdminForm(forms.ModelForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="None checked: every event type.",
     )
+    tags = forms.CharField(
+        label="Call tags",
+        required=False,
+        help_text="Space-separated: only the events of calls carrying one of these tags. Empty: every call's.",
+    )
     # Set by SubscriptionAdmin.get_form: whether this user may make an operator-wide one, and
     # whether the input is checked as an operator's (NATS, subject templates: superusers only; a
     # subject template may publish onto any tenant's subjects).
@@ -87,6 +93,7 @@ class SubscriptionAdminForm(forms.ModelForm):
                 if column in self.fields:  # an operator-only kind's are read-only for staff
                     self.fields[column].initial = getattr(self.instance, column)
             self.fields["event_types"].initial = list(self.instance.event_types or [])
+            self.fields["tags"].initial = " ".join(self.instance.tags or [])
         if "kind" in self.fields:
             self.fields["kind"].initial = DEFAULT_KIND
         if "tenant" in self.fields:
@@ -102,6 +109,7 @@ class SubscriptionAdminForm(forms.ModelForm):
         data: dict[str, Any] = {
             "name": cleaned.get("name") or "",
             "eventTypes": list(cleaned.get("event_types") or []),
+            "tags": (cleaned.get("tags") or "").split(),
             "enabled": bool(cleaned.get("enabled")),
         }
         if adding:
@@ -157,13 +165,14 @@ class SubscriptionAdmin(ShownOnceMixin, TenantScopedAdmin):
         if obj is None:
             # Staff: the kinds tenants make only (SubscriptionAdminForm.operator).
             own = _channel_fields(operator=request.user.is_superuser)
-            return ("tenant", "kind", "name", *own, "event_types", "enabled")
+            return ("tenant", "kind", "name", *own, "event_types", "tags", "enabled")
         return (
             "tenant_display",
             "kind",
             "name",
             *(field.column for field in channel_for(obj.kind).fields),
             "event_types",
+            "tags",
             "enabled",
             "disabled_reason",
             "failing_since",

@@ -26,6 +26,9 @@ class Subscription(models.Model):
     subject_template = models.CharField(max_length=200, blank=True, default="")
     # Empty: every event type.
     event_types = models.JSONField(default=list, blank=True)
+    # Empty: the events of every call; else only those of calls carrying one of these tags
+    # (docs/events.md, "Subscriptions filtered by tag").
+    tags = models.JSONField(default=list, blank=True)
     enabled = models.BooleanField(default=True)
     # Webhook signing secrets, sealed like secret headers (core.secrets); during a rotation the
     # previous one signs too until previous_secret_until.

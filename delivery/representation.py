@@ -63,6 +63,7 @@ def subscription_representation(
         "name": subscription.name,
         "url": subscription.url or None,
         "eventTypes": list(subscription.event_types or []),
+        "tags": list(subscription.tags or []),
         "enabled": subscription.enabled,
         "createdAt": iso_ms(subscription.created_at),
         "updatedAt": iso_ms(subscription.updated_at),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ValidationFailed
-from core.text import name_problem
+from core.text import MAX_TAGS, name_problem, tag_problem
 from delivery.channels import DEFAULT_KIND, channels
 from outbox.models import OutboxEvent
 
@@ -31,6 +31,7 @@ class SubscriptionInput:
     url: str | None = None
     subject_template: str | None = None
     event_types: tuple[str, ...] | None = None
+    tags: tuple[str, ...] | None = None
     enabled: bool | None = None
 
 
@@ -41,7 +42,7 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
     if not isinstance(data, dict):
         raise ValidationFailed({"body": ["Expected a JSON object."]})
     offered = [channel for channel in channels() if operator or not channel.operator_only]
-    allowed = {"kind", "name", "eventTypes", "enabled"} | {
+    allowed = {"kind", "name", "eventTypes", "tags", "enabled"} | {
         field.wire for channel in offered for field in channel.fields
     }
     errors: dict[str, list[str]] = {}
@@ -94,6 +95,18 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
                 error("eventTypes", f"Unknown event type {shown}; known: {', '.join(EVENT_TYPES)}.")
             event_types = tuple(dict.fromkeys(event_types))
 
+    tags = data.get("tags")
+    if tags is not None:
+        if not isinstance(tags, list):
+            error("tags", "tags is a list of call tags.")
+            tags = None
+        else:
+            for problem in dict.fromkeys(p for p in map(tag_problem, tags) if p is not None):
+                error("tags", problem)
+            tags = tuple(dict.fromkeys(t for t in tags if isinstance(t, str)))
+            if len(tags) > MAX_TAGS:
+                error("tags", f"At most {MAX_TAGS} tags.")
+
     enabled = data.get("enabled")
     if enabled is not None and not isinstance(enabled, bool):
         error("enabled", "enabled is true or false.")
@@ -104,6 +117,7 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
         kind=kind,
         name=name,
         event_types=event_types,
+        tags=tags,
         enabled=enabled,
         **columns,
     )

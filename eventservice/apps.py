@@ -12,3 +12,9 @@ class EventServiceConfig(AppConfig):
         # Each process's connection pool on PostgreSQL: given back by a thread that ends holding
         # a connection, never shared with a forked process (docs/deploy.md, "Connections").
         pool_install()
+        # The fan-out filters by a call's tags, which orchestration keeps (docs/events.md,
+        # "Subscriptions filtered by tag"): delivery, beside orchestration, is handed the reader.
+        from delivery.services.fanout import call_tags_reader_set
+        from orchestration.selectors import call_tags_by_call
+
+        call_tags_reader_set(call_tags_by_call)

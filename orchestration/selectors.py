@@ -39,6 +39,16 @@ def tags_of(call: ServiceCall) -> list[str]:
     return [row.tag for row in call.tag_rows.all()]
 
 
+def call_tags_by_call(tenant_ids: list[str], service_call_ids: list[uuid.UUID]) -> dict[uuid.UUID, set[str]]:
+    """The tags the calls carry now, by call (the fan-out's filter by tag: docs/events.md); one
+    query along service_call_tags_unique."""
+    found: dict[uuid.UUID, set[str]] = {}
+    rows = ServiceCallTag.objects.filter(tenant_id__in=tenant_ids, service_call_id__in=service_call_ids)
+    for call_id, tag in rows.values_list("service_call_id", "tag"):
+        found.setdefault(call_id, set()).add(tag)
+    return found
+
+
 def service_calls_running(*, started_before: datetime, limit: int = 500) -> list[ServiceCall]:
     """Running calls that started before a time (uses service_calls_running)."""
     return list(

@@ -20,10 +20,9 @@ from django.utils.dateparse import parse_datetime
 from core.errors import ValidationFailed
 from core.ids import utcnow
 from core.text import CONTROL as _CONTROL
-from core.text import INVISIBLE as _INVISIBLE
+from core.text import MAX_TAG, MAX_TAGS, name_problem, tag_problem  # noqa: F401 (MAX_TAG: the rule's, re-exported)
 from core.text import NOT_VISIBLE as _NOT_VISIBLE
 from core.text import first_of as _first_of
-from core.text import name_problem
 from execution.egress import header_key, refused_header
 from execution.targets import url_error
 from orchestration.retries import RetryPolicy, policy_errors
@@ -33,8 +32,6 @@ MAX_NAME = 200
 MAX_HEADERS = 50
 MAX_HEADER_VALUE = 8192
 MAX_BODY_BYTES = 256 * 1024
-MAX_TAGS = 20
-MAX_TAG = 64
 MAX_IDEMPOTENCY_KEY = 200
 # An upper bound for callers that check a delay before building a date (submit_call --in);
 # the exact rule is one calendar year (`one_year_after`).
@@ -52,7 +49,6 @@ MAX_DOCUMENT_DEPTH = 100
 # RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 # 1-64 characters, none of them whitespace or control characters.
-_TAG_RE = re.compile(r"[^\s\x00-\x1f\x7f]{1,64}\Z")
 
 
 @dataclass
@@ -280,14 +276,8 @@ def clean_tags(raw: Any, errors: _Errors, field_name: str = "tags") -> list[str]
         return []
     tags: list[str] = []
     for tag in raw:
-        if not isinstance(tag, str) or not _TAG_RE.match(tag):
-            errors.add(field_name, f"Tag {str(tag)[:40]!r} must be 1-{MAX_TAG} characters without whitespace.")
-            continue
-        if (ch := _first_of(tag, _INVISIBLE)) is not None:
-            errors.add(
-                field_name,
-                f"Tag {tag[:40]!r} must not contain control or invisible formatting characters (U+{ord(ch):04X}).",
-            )
+        if (problem := tag_problem(tag)) is not None:
+            errors.add(field_name, problem)
             continue
         if tag not in tags:
             tags.append(tag)
@@ -327,9 +317,10 @@ def body_size(body: Any) -> int:
 BATCH_MAX = 100
 
 
-def validate_batch(data: Any) -> list[Any]:
-    """A batch's items (docs/api.md, "Batches"): `{calls: [1 to BATCH_MAX items]}`, each then
-    checked on its own by `validate_submission`. Raises ValidationFailed for any other body."""
+def validate_batch(data: Any) -> list[Submission | ValidationFailed]:
+    """A batch's items (docs/api.md, "Batches"): `{calls: [1 to BATCH_MAX items]}`, each checked
+    on its own by `validate_submission`: the submission, or the error that refuses it. Raises
+    ValidationFailed for any other body."""
     if not isinstance(data, dict):
         raise ValidationFailed({"body": ["The request body must be a JSON object: {calls: [...]}."]})
     unknown = sorted(set(data) - {"calls"})
@@ -340,7 +331,13 @@ def validate_batch(data: Any) -> list[Any]:
         raise ValidationFailed({"calls": [f"A list of 1 to {BATCH_MAX} calls is required."]})
     if len(calls) > BATCH_MAX:
         raise ValidationFailed({"calls": [f"At most {BATCH_MAX} calls a batch; this one has {len(calls)}."]})
-    return calls
+    checked: list[Submission | ValidationFailed] = []
+    for item in calls:
+        try:
+            checked.append(validate_submission(item))
+        except ValidationFailed as exc:
+            checked.append(exc)
+    return checked
 
 
 def validate_submission(data: Any, *, idempotency_header: str | None = None) -> Submission:

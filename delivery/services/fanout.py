@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -21,6 +21,17 @@ from delivery.models import Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN
 from delivery.services.claims import lease_length
 from delivery.tries import ClaimedNotification
+
+# The tags calls carry now, by call id: orchestration keeps them, and delivery, beside it, imports
+# nothing of it, so the edge hands this reader over at start (eventservice/apps.py). Read only
+# for the events of tenants with a subscription filtered by tag.
+CallTags = Callable[[list[str], list[uuid.UUID]], dict[uuid.UUID, set[str]]]
+_call_tags: CallTags | None = None
+
+
+def call_tags_reader_set(reader: CallTags) -> None:
+    global _call_tags
+    _call_tags = reader
 
 
 @dataclass(frozen=True)
@@ -61,6 +72,7 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | 
     subscriptions = _fan_out_subscriptions(sorted({event.envelope["tenantId"] for event in events}))
     if not subscriptions:
         return 0
+    tags = _tags_of_calls(events, subscriptions)
     now = utcnow()
     # Each notification's id bears its event's time (core.ids.new_id_dated_as): an event's
     # notifications share the day of their partition (delivery/partitions.py), so a redelivered
@@ -83,7 +95,7 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | 
         }
         for event in events
         for subscription in subscriptions
-        if _matches(subscription, event)
+        if _matches(subscription, event, tags)
     ]
     # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
     # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
@@ -195,6 +207,7 @@ class _Target:
     tenant_id: str | None
     event_types: list[str]
     created_at: datetime
+    tags: frozenset[str]
 
 
 def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
@@ -204,9 +217,15 @@ def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
     keys = ", ".join(["%s"] * len(tenant_ids))
     event_types = Subscription._meta.get_field("event_types")
     return [
-        _Target(db_uuid(pk), tenant_id, event_types.from_db_value(types, None, connection), db_datetime(created_at))
-        for pk, tenant_id, types, created_at in sql_query(
-            "SELECT {s.subscription_id}, {s.tenant}, {s.event_types}, {s.created_at} FROM {s} "
+        _Target(
+            db_uuid(pk),
+            tenant_id,
+            event_types.from_db_value(types, None, connection),
+            db_datetime(created_at),
+            frozenset(event_types.from_db_value(tags, None, connection) or ()),
+        )
+        for pk, tenant_id, types, created_at, tags in sql_query(
+            "SELECT {s.subscription_id}, {s.tenant}, {s.event_types}, {s.created_at}, {s.tags} FROM {s} "
             f"WHERE {{s.tenant}} IN ({keys}) OR {{s.tenant}} IS NULL ORDER BY {{s.created_at}}, {{s.subscription_id}}",
             tenant_ids,
             s=Subscription,
@@ -214,9 +233,24 @@ def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
     ]
 
 
-def _matches(subscription: _Target, event: FanoutEvent) -> bool:
+def _tags_of_calls(events: Sequence[FanoutEvent], subscriptions: list[_Target]) -> dict[uuid.UUID, set[str]]:
+    """The tags of the calls whose events a subscription filtered by tag may take: none read
+    when no subscription is (one query otherwise)."""
+    filtered = {subscription.tenant_id for subscription in subscriptions if subscription.tags}
+    if not filtered or _call_tags is None:
+        return {}
+    taken = [event for event in events if None in filtered or event.envelope["tenantId"] in filtered]
+    if not taken:
+        return {}
+    tenants = sorted({event.envelope["tenantId"] for event in taken})
+    return _call_tags(tenants, sorted({uuid.UUID(str(event.envelope["aggregateId"])) for event in taken}))
+
+
+def _matches(subscription: _Target, event: FanoutEvent, tags: dict[uuid.UUID, set[str]]) -> bool:
     if subscription.tenant_id is not None and subscription.tenant_id != event.envelope["tenantId"]:
         return False
     if subscription.event_types and event.envelope["type"] not in subscription.event_types:
         return False
+    if subscription.tags and subscription.tags.isdisjoint(tags.get(uuid.UUID(str(event.envelope["aggregateId"])), ())):
+        return False  # not a call carrying one of its tags (an event of no call carries none)
     return subscription.created_at <= event.created_at

@@ -50,6 +50,7 @@ def subscription_create(*, tenant_id: str | None, data: SubscriptionInput) -> tu
             kind=data.kind,
             name=data.name,
             event_types=list(data.event_types or []),
+            tags=list(data.tags or []),
             enabled=True if data.enabled is None else data.enabled,
             created_at=now,
             updated_at=now,
@@ -85,10 +86,10 @@ def subscription_update(
             for field in channel.fields:
                 if field.column not in own and getattr(data, field.column) is not None:
                     raise ValidationFailed({field.wire: [field.only]})
-        for field in ("name", "url", "subject_template", "event_types"):
+        for field in ("name", "url", "subject_template", "event_types", "tags"):
             value = getattr(data, field)
             if value is not None:
-                setattr(subscription, field, list(value) if field == "event_types" else value)
+                setattr(subscription, field, list(value) if field in ("event_types", "tags") else value)
         if data.enabled is not None and data.enabled != subscription.enabled:
             subscription.enabled = data.enabled
             if data.enabled:

@@ -199,15 +199,8 @@ class ServiceCallBatchApi(ServiceCallBaseApi):
         },
     )
     def post(self, request: Request, tenant_id: str) -> Response:
-        items = validate_batch(request.data)
-        checked: list[Any] = []
-        for item in items:
-            try:
-                checked.append(validate_submission(item))
-            except ValidationFailed as exc:
-                checked.append(exc)
         results = service_calls_submit_batch(
-            tenant_id=self.tenant_id, items=checked, correlation_id=request.correlation_id
+            tenant_id=self.tenant_id, items=validate_batch(request.data), correlation_id=request.correlation_id
         )
         answers = [_batch_answer(request, result) for result in results]
         return Response(

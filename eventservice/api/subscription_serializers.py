@@ -28,6 +28,16 @@ def _event_types(**kwargs) -> serializers.ListField:
     )
 
 
+def _tags(**kwargs) -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.RegexField(r"^[^\s\x00-\x1f\x7f-\x9f]{1,64}$", max_length=64),
+        max_length=20,
+        help_text="Only the events of calls carrying one of these tags (as the call has them when its event is "
+        "fanned out); empty: every call's.",
+        **kwargs,
+    )
+
+
 class CreateSubscriptionSerializer(serializers.Serializer):
     # A pattern, not an enum: a second choice set for a field named `kind` (beside the outcome's
     # ErrorKind) would make drf-spectacular invent hashed enum names.
@@ -42,6 +52,7 @@ class CreateSubscriptionSerializer(serializers.Serializer):
         help_text="Absolute http or https URL; it passes the same egress policy as a call's URL.",
     )
     eventTypes = _event_types(required=False)
+    tags = _tags(required=False)
     enabled = serializers.BooleanField(required=False, help_text="Default true.")
 
 
@@ -51,6 +62,7 @@ class UpdateSubscriptionSerializer(serializers.Serializer):
     name = serializers.RegexField(NAME_PATTERN, max_length=MAX_NAME, required=False)
     url = serializers.URLField(max_length=2048, required=False)
     eventTypes = _event_types(required=False)
+    tags = _tags(required=False)
     enabled = serializers.BooleanField(
         required=False,
         help_text="false disables it; true enables it again (what failed meanwhile: `recover`).",
@@ -89,6 +101,9 @@ class SubscriptionSerializer(serializers.Serializer):
     name = serializers.CharField()
     url = serializers.CharField(allow_null=True, help_text="A webhook's endpoint.")
     eventTypes = serializers.ListField(child=serializers.CharField(), help_text="Empty: all.")
+    tags = serializers.ListField(
+        child=serializers.CharField(), help_text="Only calls carrying one of them; empty: all."
+    )
     enabled = serializers.BooleanField()
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()

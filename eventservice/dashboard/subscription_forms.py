@@ -13,7 +13,13 @@ from delivery.channels import DEFAULT_KIND
 from delivery.validation import EVENT_TYPES
 
 # Wire field names (delivery.validation) -> the control that shows the error.
-SUBSCRIPTION_WIRE_FIELDS = {"name": "name", "url": "url", "eventTypes": "event_types", "enabled": "enabled"}
+SUBSCRIPTION_WIRE_FIELDS = {
+    "name": "name",
+    "url": "url",
+    "eventTypes": "event_types",
+    "tags": "tags",
+    "enabled": "enabled",
+}
 
 
 class SubscriptionForm(forms.Form):
@@ -33,6 +39,12 @@ class SubscriptionForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="None checked: every event type, including ones added later.",
     )
+    tags = forms.CharField(
+        label="Call tags",
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "billing nightly", "spellcheck": "false", "autocomplete": "off"}),
+        help_text="Space-separated: only the events of calls carrying one of these tags. Empty: every call's.",
+    )
     enabled = forms.BooleanField(required=False, initial=True)
 
     def wire_data(self) -> dict[str, Any]:
@@ -44,6 +56,7 @@ class SubscriptionForm(forms.Form):
             "name": cleaned.get("name") or "",
             "url": cleaned.get("url") or "",
             "eventTypes": list(cleaned.get("event_types") or []),
+            "tags": (cleaned.get("tags") or "").split(),
             "enabled": bool(cleaned.get("enabled")),
         }
 

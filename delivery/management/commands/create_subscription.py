@@ -14,7 +14,13 @@ from delivery.validation import EVENT_TYPES, MAX_NAME, validate_subscription
 from tenants.cli import require_tenant
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
-OPTION_OF_FIELD = {"name": "--name", "url": "--url", "eventTypes": "--event-type", "enabled": "--disabled"}
+OPTION_OF_FIELD = {
+    "name": "--name",
+    "url": "--url",
+    "eventTypes": "--event-type",
+    "tags": "--tag",
+    "enabled": "--disabled",
+}
 
 
 class Command(BaseCommand):
@@ -38,6 +44,13 @@ class Command(BaseCommand):
             metavar="TYPE",
             help=f"Receive only this event type; repeat for several (default: all). One of: {', '.join(EVENT_TYPES)}.",
         )
+        parser.add_argument(
+            "--tag",
+            action="append",
+            default=[],
+            dest="tags",
+            help="Receive only the events of calls carrying this tag; repeat for several (any of them).",
+        )
         parser.add_argument("--disabled", action="store_true", help="Create it disabled (it receives nothing).")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,6 +59,8 @@ class Command(BaseCommand):
         data: dict[str, Any] = {"kind": Subscription.Kind.WEBHOOK, "name": options["name"], "url": options["url"]}
         if options["event_types"]:
             data["eventTypes"] = options["event_types"]
+        if options["tags"]:
+            data["tags"] = options["tags"]
         if options["disabled"]:
             data["enabled"] = False
         try:
@@ -53,6 +68,8 @@ class Command(BaseCommand):
         except ApplicationError as exc:
             raise command_error(exc, options=OPTION_OF_FIELD) from None
         types = ", ".join(subscription.event_types) or "all event types"
+        if subscription.tags:
+            types += " of calls tagged " + " or ".join(subscription.tags)
         state = "" if subscription.enabled else " (disabled)"
         self.stdout.write(
             f"Created webhook subscription {subscription.subscription_id} ({subscription.name}) for tenant "

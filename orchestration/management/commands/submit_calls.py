@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from core.errors import ValidationFailed
 from core.ids import new_id
 from orchestration.services import service_calls_submit_batch
-from orchestration.validation import BATCH_MAX, validate_batch, validate_submission
+from orchestration.validation import BATCH_MAX, validate_batch
 from tenants.cli import require_tenant
 
 
@@ -41,13 +41,7 @@ class Command(BaseCommand):
             items = validate_batch(data)
         except ValidationFailed as exc:
             raise CommandError(f"Nothing was submitted: {exc.detail}") from None
-        checked: list[Any] = []
-        for item in items:
-            try:
-                checked.append(validate_submission(item))
-            except ValidationFailed as exc:
-                checked.append(exc)
-        results = service_calls_submit_batch(tenant_id=tenant, items=checked, correlation_id=f"cli-{new_id()}")
+        results = service_calls_submit_batch(tenant_id=tenant, items=items, correlation_id=f"cli-{new_id()}")
         refused = 0
         for number, result in enumerate(results, start=1):
             if result.error is not None:
