@@ -161,6 +161,7 @@ class ServiceCallFilter(django_filters.FilterSet):
     dueFrom = InstantFilter(field_name="due_at", lookup_expr="gte")  # noqa: N815
     dueTo = InstantFilter(field_name="due_at", lookup_expr="lte", end_of_day=True)  # noqa: N815
     favorite = BooleanWordFilter(method="filter_favorite")
+    scheduleId = django_filters.UUIDFilter(field_name="schedule_id")  # noqa: N815 (wire name)
 
     class Meta:
         model = ServiceCall

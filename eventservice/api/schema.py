@@ -96,6 +96,7 @@ CLOSED_REQUEST_COMPONENTS = (
     "RecoverInputRequest",
     "SigningInputRequest",
     "BatchInputRequest",
+    "BulkInputRequest",
     "CreateScheduleRequest",
     "PatchedUpdateScheduleRequest",
 )

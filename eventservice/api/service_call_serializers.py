@@ -255,6 +255,40 @@ class RerunInputSerializer(serializers.Serializer):
     )
 
 
+class BulkFilterSerializer(serializers.Serializer):
+    status = serializers.ListField(child=serializers.ChoiceField(choices=ServiceCall.Status.values), required=False)
+    tag = serializers.ListField(child=serializers.CharField(max_length=64), required=False, help_text="All of these.")
+    q = serializers.CharField(required=False, help_text="Name contains (case-insensitive).")
+    submittedFrom = serializers.CharField(required=False)
+    submittedTo = serializers.CharField(required=False)
+    dueFrom = serializers.CharField(required=False)
+    dueTo = serializers.CharField(required=False)
+    favorite = serializers.BooleanField(required=False)
+    scheduleId = serializers.UUIDField(required=False, help_text="The calls a schedule made.")
+
+
+class BulkInputSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(choices=["cancel", "rerun", "addTags", "removeTags"])
+    filter = BulkFilterSerializer(help_text="The list's filters; {} matches every call of the tenant.")
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, help_text="addTags and removeTags only."
+    )
+    dryRun = serializers.BooleanField(
+        required=False, help_text="true: count the calls it would act on, change nothing."
+    )
+
+
+class BulkOutputSerializer(serializers.Serializer):
+    action = serializers.CharField()
+    dryRun = serializers.BooleanField()
+    matched = serializers.IntegerField(help_text="Calls the filter matches (acted on: at most limit).")
+    limit = serializers.IntegerField(help_text="Calls one request acts on, at most (more: a 400, nothing done).")
+    changed = serializers.IntegerField(help_text="Cancelled, run again, or their tags changed (0 on a dry run).")
+    unchanged = serializers.IntegerField(help_text="Already so (cancelled, tagged, untagged).")
+    skipped = serializers.IntegerField(help_text="The transition was refused (a call no longer Scheduled, ...).")
+    reasons = serializers.DictField(child=serializers.IntegerField(), help_text="Why calls were skipped, counted.")
+
+
 class BatchInputSerializer(serializers.Serializer):
     calls = SubmitServiceCallSerializer(
         many=True, help_text="1 to 100 calls, each as `POST .../service-calls` takes one."

@@ -32,14 +32,16 @@ from orchestration.representation import event_representation, service_call_repr
 from orchestration.selectors import service_call_get, service_calls_for_tenant
 from orchestration.services import (
     BATCH_MAX,
+    BULK_MAX,
     BatchResult,
     service_call_cancel,
     service_call_rerun,
     service_call_submit,
     service_call_tags_set,
+    service_calls_bulk,
     service_calls_submit_batch,
 )
-from orchestration.validation import validate_batch, validate_rerun, validate_submission
+from orchestration.validation import validate_batch, validate_bulk, validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 
@@ -104,6 +106,7 @@ class ServiceCallListApi(ServiceCallBaseApi):
             OpenApiParameter("dueFrom", INSTANT, description=INSTANT_HELP),
             OpenApiParameter("dueTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
             OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
+            OpenApiParameter("scheduleId", OpenApiTypes.UUID, description="The calls a schedule made."),
             *PAGING_PARAMS,
         ],
         responses={200: s.ServiceCallPageSerializer, **_problems(400, 401, 404)},
@@ -228,6 +231,51 @@ def _batch_answer(request: Request, result: BatchResult) -> dict[str, Any]:
     if result.created:
         return {"status": 202, "call": service_call_representation(result.call, tags=result.tags, request=request)}
     return {"status": 200, "call": _call(request, result.call.tenant_id, result.call.service_call_id)}
+
+
+class ServiceCallBulkApi(ServiceCallBaseApi):
+    """POST an action on every call a filter of the list matches: counted first (`dryRun`)."""
+
+    @extend_schema(
+        operation_id="service_calls_bulk",
+        summary="Cancel, run again, or tag every call a filter matches",
+        description=(
+            "`{action: cancel | rerun | addTags | removeTags, filter: {...the list's filters}, tags?, dryRun?}`. "
+            "With `dryRun: true`, the count of the calls it would act on, and nothing changes. Otherwise each "
+            "matched call, oldest first, goes through the ordinary transition with its event (a cancel races the "
+            "timer as a single cancel does); at most 10,000 calls a request: more is a 400 and nothing is done."
+        ),
+        parameters=[TENANT_PARAM],
+        request=s.BulkInputSerializer,
+        responses={200: s.BulkOutputSerializer, **_problems(400, 401, 403, 404, 413)},
+    )
+    def post(self, request: Request, tenant_id: str) -> Response:
+        bulk = validate_bulk(request.data)
+        filterset = ServiceCallFilter(
+            bulk.filter, queryset=service_calls_for_tenant(tenant_id=self.tenant_id), tenant_id=self.tenant_id
+        )
+        if not filterset.is_valid():
+            raise ValidationFailed({f"filter.{name}": found for name, found in filter_errors(filterset).items()})
+        result = service_calls_bulk(
+            tenant_id=self.tenant_id,
+            calls=filterset.qs,
+            action=bulk.action,
+            tags=bulk.tags,
+            dry_run=bulk.dry_run,
+            correlation_id=request.correlation_id,
+        )
+        return Response(
+            {
+                "action": bulk.action,
+                "dryRun": bulk.dry_run,
+                "matched": result.matched,
+                "limit": BULK_MAX,
+                "changed": result.changed,
+                "unchanged": result.unchanged,
+                "skipped": result.skipped,
+                "reasons": result.reasons,
+            }
+        )
 
 
 class ServiceCallsApi(ServiceCallListApi, ServiceCallSubmitApi):

@@ -21,6 +21,7 @@ SUBSCRIPTION = f"{TENANT}/subscriptions/<str:subscription_id>"
 urlpatterns = [
     path(f"{TENANT}/service-calls", service_calls.ServiceCallsApi.as_view(), name="service-calls"),
     path(f"{TENANT}/service-calls/batch", service_calls.ServiceCallBatchApi.as_view(), name="service-calls-batch"),
+    path(f"{TENANT}/service-calls/bulk", service_calls.ServiceCallBulkApi.as_view(), name="service-calls-bulk"),
     path(CALL, service_calls.ServiceCallDetailApi.as_view(), name="service-call-detail"),
     path(f"{CALL}/tags", service_calls.ServiceCallTagsApi.as_view(), name="service-call-tags"),
     path(f"{CALL}/rerun", service_calls.ServiceCallRerunApi.as_view(), name="service-call-rerun"),

@@ -4,12 +4,13 @@ Every transition is a conditional UPDATE inside one transaction with its outbox 
 duplicate message finds zero rows to change, and that is not an error (docs/architecture.md,
 'The path of one call').
 
-One module per subject: `submit`, `batch` (many submissions at once), `start` (and the timers of skipped starts armed again),
+One module per subject: `submit`, `batch` (many submissions at once), `bulk` (an action on every call a filter matches), `start` (and the timers of skipped starts armed again),
 `finish` (and retries), `cancel`, `tags`, `rerun`, `rotation` (secrets at rest); `calls` holds
 what they share. Import from `orchestration.services`: the names below are its public ones.
 """
 
 from orchestration.services.batch import BATCH_MAX, BatchResult, service_calls_submit_batch
+from orchestration.services.bulk import BULK_MAX, BulkResult, service_calls_bulk
 from orchestration.services.calls import EVENT_BODY_SNIPPET, CallKey, StartedCall, public_request_spec
 from orchestration.services.cancel import service_call_cancel
 from orchestration.services.finish import service_call_finish, service_call_interrupt, service_calls_finish
@@ -28,9 +29,11 @@ from orchestration.services.tags import service_call_favorite_set, service_call_
 
 __all__ = [
     "BATCH_MAX",
+    "BULK_MAX",
     "EVENT_BODY_SNIPPET",
     "FAIR_CANDIDATES",
     "BatchResult",
+    "BulkResult",
     "CallKey",
     "RotationResult",
     "StartedCall",
@@ -50,5 +53,6 @@ __all__ = [
     "service_calls_rearm_overdue",
     "service_calls_start",
     "service_calls_start_overdue",
+    "service_calls_bulk",
     "service_calls_submit_batch",
 ]

@@ -25,6 +25,7 @@ def test_it_serves_a_valid_openapi_3_document(db):
     assert set(schema["paths"]) == {
         "/api/tenants/{tenant_id}/service-calls",
         "/api/tenants/{tenant_id}/service-calls/batch",
+        "/api/tenants/{tenant_id}/service-calls/bulk",
         "/api/tenants/{tenant_id}/service-calls/{service_call_id}",
         "/api/tenants/{tenant_id}/service-calls/{service_call_id}/tags",
         "/api/tenants/{tenant_id}/service-calls/{service_call_id}/rerun",
