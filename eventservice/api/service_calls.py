@@ -27,6 +27,7 @@ from eventservice.api.throttles import SubmissionThrottle
 from eventservice.representation import service_call_detail_representation
 from execution.selectors import attempts_for_call
 from orchestration.filters import ServiceCallFilter, filter_errors
+from orchestration.many import validate_batch, validate_bulk
 from orchestration.models import ServiceCall
 from orchestration.representation import event_representation, service_call_representation
 from orchestration.selectors import service_call_get, service_calls_for_tenant
@@ -41,7 +42,7 @@ from orchestration.services import (
     service_calls_bulk,
     service_calls_submit_batch,
 )
-from orchestration.validation import validate_batch, validate_bulk, validate_rerun, validate_submission
+from orchestration.validation import validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 

@@ -1,6 +1,7 @@
-"""Batch submission (docs/api.md, "Batches"): up to BATCH_MAX calls in one request, each item
-accepted or refused on its own, in order, each with its own idempotency key; the accepted ones
-stored together in one transaction, with one INSERT per table (calls, tags, events, timers)."""
+"""Batch submission (docs/api.md, "Batches"): up to BATCH_MAX calls in one request (checked by
+orchestration/many.py), each item accepted or refused on its own, in order, each with its own
+idempotency key; the accepted ones stored together in one transaction, with one INSERT per
+table (calls, tags, events, timers)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.db import IntegrityError, transaction
 
 from core.db import group_commit, insert_prepare, insert_rows_prepare
 from core.errors import ApplicationError, Conflict
+from orchestration.many import BATCH_MAX  # noqa: F401 (re-exported)
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.services.calls import enqueue_start
 from orchestration.services.submit import (
@@ -21,7 +23,7 @@ from orchestration.services.submit import (
     retry_policy_within_ceilings,
     service_call_submit,
 )
-from orchestration.validation import BATCH_MAX, Submission  # noqa: F401 (re-exported)
+from orchestration.validation import Submission
 from outbox.services import outbox_append, outbox_prepare
 from timer.services import timers_register
 

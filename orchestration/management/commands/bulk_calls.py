@@ -11,9 +11,9 @@ from core.errors import ApplicationError
 from core.ids import new_id
 from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.management.commands.list_calls import status_value
+from orchestration.many import BULK_ACTIONS, validate_bulk
 from orchestration.selectors import service_calls_for_tenant
 from orchestration.services import BULK_MAX, service_calls_bulk
-from orchestration.validation import BULK_ACTIONS, validate_bulk
 from tenants.cli import require_tenant
 
 OPTION_OF_FIELD = {

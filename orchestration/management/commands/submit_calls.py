@@ -11,8 +11,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ValidationFailed
 from core.ids import new_id
+from orchestration.many import BATCH_MAX, validate_batch
 from orchestration.services import service_calls_submit_batch
-from orchestration.validation import BATCH_MAX, validate_batch
 from tenants.cli import require_tenant
 
 
