@@ -307,9 +307,13 @@ def drop(
        detached from (detaching a referenced partition checks that no attached row refers to
        it). Every query of the tables waits for this transaction, a few milliseconds: the lock
        is waited for DROP_LOCK_TIMEOUT at most, then the day waits for the next run.
-    2. Each detached table, renamed `<partition>_detached`, is dropped in transactions of its own
-       (`drop_detached`), which lock nothing a query of the history reads. A crash in between
-       leaves it to the next run's `drop_detached`."""
+    2. Each detached table, renamed `<partition>_detached`, is dropped by `drop_detached`, which
+       the caller runs after its days, outside any write gate: in transactions of their own that
+       lock nothing a query of the history reads. A crash in between leaves it to the next run.
+
+    The tables the parents' foreign keys refer to (subscriptions, worker sessions) are locked
+    first, SHARE ROW EXCLUSIVE as the detach takes them to make its triggers, so that a wait for
+    them happens before any query of the history queues behind the parents' lock."""
     q = connections[using].ops.quote_name
     both = [(spec, partition), *with_]
     parents = [each.table for each, _ in both]
@@ -318,6 +322,8 @@ def drop(
             cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
             # A caller's own writes still to be checked (deferred foreign keys) would forbid the drop.
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            for table in _referenced(cursor, parents):
+                cursor.execute(f"LOCK TABLE ONLY {q(table)} IN SHARE ROW EXCLUSIVE MODE")
             for table in parents:
                 cursor.execute(f"LOCK TABLE ONLY {q(table)} IN ACCESS EXCLUSIVE MODE")
             if unless is not None:
@@ -332,9 +338,18 @@ def drop(
         if _lock_not_available(exc):
             return False
         raise
-    for each_spec, _ in both:
-        drop_detached(each_spec, using=using)
     return True
+
+
+def _referenced(cursor: Any, parents: Sequence[str]) -> list[str]:
+    """The tables other than `parents` that their foreign keys refer to, by name."""
+    cursor.execute(
+        "SELECT DISTINCT ref.relname FROM pg_constraint con JOIN pg_class ref ON ref.oid = con.confrelid "
+        "WHERE con.contype = 'f' AND con.conrelid = ANY (SELECT to_regclass(name) FROM unnest(%s::text[]) AS name) "
+        "ORDER BY 1",
+        [list(parents)],
+    )
+    return [name for (name,) in cursor.fetchall() if name not in parents]
 
 
 def drop_detached(spec: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> list[str]:
@@ -350,7 +365,7 @@ def drop_detached(spec: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> li
         cursor.execute(
             "SELECT relname FROM pg_class WHERE relkind = 'r' AND NOT relispartition "
             "AND relnamespace = current_schema()::regnamespace AND relname ~ %s ORDER BY relname",
-            [f"^{re.escape(spec.table)}_p[0-9]{{8}}{_DETACHED}$"],
+            [f"^{re.escape(spec.table)}_(p[0-9]{{8}}|past){_DETACHED}$"],
         )
         names = [row[0] for row in cursor.fetchall()]
     dropped = []
@@ -361,7 +376,7 @@ def drop_detached(spec: DailyPartitions, *, using: str = DEFAULT_DB_ALIAS) -> li
                 _drop_foreign_keys(cursor, name, quote=q)
             with transaction.atomic(using=using), connections[using].cursor() as cursor:
                 cursor.execute(f"SET LOCAL lock_timeout = '{DROP_LOCK_TIMEOUT}'")
-                cursor.execute(f"DROP TABLE {q(name)}")
+                cursor.execute(f"DROP TABLE IF EXISTS {q(name)}")  # another cluster's run may be first
         except OperationalError as exc:
             if _lock_not_available(exc):
                 continue
@@ -412,6 +427,20 @@ def drop_past_days(
     if not is_partitioned(spec.table, using=using):
         return 0, [(None, None)]
     drop_detached(spec, using=using)  # a crashed run's
+    try:
+        return _drop_past_days(spec, before=before, drop_day=drop_day, write_guard=write_guard, using=using)
+    finally:
+        drop_detached(spec, using=using)  # the days detached now: outside the write guard
+
+
+def _drop_past_days(
+    spec: DailyPartitions,
+    *,
+    before: datetime,
+    drop_day: Callable[[Partition], bool],
+    write_guard: Callable[[], AbstractContextManager[None]],
+    using: str,
+) -> tuple[int, list[tuple[Any, Any]]]:
     dropped = 0
     days = [p for p in partitions(spec, using=using) if not p.default and p.lower is not None]
     kept = [(None, days[0].lower if days else None)]

@@ -161,6 +161,9 @@ def rotate_sealed_columns(rows: QuerySet, columns: Sequence[str], *, dry_run: bo
             continue
         with transaction.atomic():
             current = rows.model.objects.select_for_update().filter(pk=pk).values_list(*columns).first()
-            if current is not None and dict(zip(columns, current, strict=True)) == old:  # else changed meanwhile
+            if current is not None and dict(zip(columns, current, strict=True)) == old:
                 rows.model.objects.filter(pk=pk).update(**new)
+            elif current is not None:  # changed meanwhile (a rotation): not known to be re-encrypted
+                result.rotated -= 1
+                result.failed.append(f"{pk} (changed while it ran: run it again)")
     return result

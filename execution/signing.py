@@ -7,6 +7,7 @@ once; a rotation signs with both the new and the old secret for 24 hours."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from core.secrets import RotationResult, SecretUnavailable, rotate_sealed_column
 from core.signing import ROTATION_OVERLAP_HOURS, live_secrets, new_signing_secret, signature
 from execution.models import CallSigning
 from execution.wire import HttpRequest, sent_body
+from tenants.models import Tenant
 
 # How long a process trusts what it read of the tenants' signing: enabling signing, or a
 # rotation, reaches every worker within this.
@@ -90,6 +92,8 @@ def call_signing_set(*, tenant_id: str, enabled: bool, rotate: bool = False) -> 
     now = utcnow()
     shown = None
     with transaction.atomic():
+        # The tenant's row first: two first enablings at once take turns (no signing row to lock yet).
+        Tenant.objects.select_for_update().filter(pk=tenant_id).first()
         row = CallSigning.objects.select_for_update().filter(tenant_id=tenant_id).first()
         if row is None:
             if not enabled:
@@ -134,6 +138,15 @@ class _Cache:
 
 
 _cache = _Cache()
+
+
+def _new_cache_after_fork() -> None:
+    # A fork while a thread held the cache's lock would leave it held for ever in the child.
+    global _cache
+    _cache = _Cache()
+
+
+os.register_at_fork(after_in_child=_new_cache_after_fork)
 
 
 def signed(request: HttpRequest, *, tenant_id: str, msg_id: str, at: datetime) -> HttpRequest:

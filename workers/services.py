@@ -6,6 +6,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -81,19 +83,25 @@ def live_session_ids() -> set[str]:
     return set(WorkerSession.objects.filter(status=WorkerSession.Status.RUNNING).values_list("id", flat=True))
 
 
-def runs_delete_older_than(*, before: datetime) -> int:
-    """Delete the loop runs started before `before`; returns the count. Where the table is
-    partitioned by day (PostgreSQL), the days wholly before it go with their partitions
-    (counted by PostgreSQL's estimate of their rows), and only the rest of the last day row by
+def runs_delete_older_than(
+    *, before: datetime, write_guard: Callable[[], AbstractContextManager[None]] = nullcontext
+) -> int:
+    """Delete the loop runs started before `before` (under `write_guard`); returns the count.
+    Where the table is partitioned by day (PostgreSQL), the days wholly before it go with their
+    partitions (counted by PostgreSQL's estimate of their rows; their files freed afterwards,
+    outside the guard: core.partitions.drop_detached), and only the rest of the last day row by
     row (its started_at is the partition key, so the DELETE reads only that day's partition)."""
     drop_detached(RUN_DAYS)  # a crashed run's
     deleted = 0
     for day in partitions(RUN_DAYS):
         if day.default or day.upper is None or day.upper > before:
             continue
-        if drop(RUN_DAYS, day):
-            deleted += day.rows
-    count, _ = LoopRun.objects.filter(started_at__lt=before).delete()
+        with write_guard():
+            if drop(RUN_DAYS, day):
+                deleted += day.rows
+    drop_detached(RUN_DAYS)
+    with write_guard():
+        count, _ = LoopRun.objects.filter(started_at__lt=before).delete()
     return deleted + count
 
 

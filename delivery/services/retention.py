@@ -50,6 +50,7 @@ def notifications_delete_before(
 
     drop_detached(ATTEMPT_DAYS)  # a crashed run's
     deleted, left = drop_past_days(NOTIFICATION_DAYS, before=before, drop_day=drop_day, write_guard=write_guard)
+    drop_detached(ATTEMPT_DAYS)  # the tries' days detached now, outside the write guard
     for lower, upper in left:
         rows = Notification.objects.filter(key_range("notification_id", lower, upper))
         deleted += _delete_final(rows, before, batch_size, write_guard)

@@ -23,7 +23,7 @@ from eventservice.api.base import TenantApiView, TenantCollectionApi, keyset_pag
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE, problem_body
 from eventservice.api.parsers import JSONParser
 from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, ProblemSerializer, problem_responses
-from eventservice.api.throttles import SubmissionThrottle
+from eventservice.api.throttles import CountedSubmissionThrottle, SubmissionThrottle, submissions_charge
 from eventservice.representation import service_call_detail_representation
 from execution.selectors import attempts_for_call
 from orchestration.filters import ServiceCallFilter, filter_errors
@@ -163,19 +163,12 @@ class ServiceCallSubmitApi(ServiceCallBaseApi):
         )
 
 
-class BatchSubmissionThrottle(SubmissionThrottle):
-    """A batch counts each of its calls against the submissions ceiling: it is let in while the
-    key is under its ceiling, as a single submission is, and the submissions after it wait until
-    its calls have left the window (docs/api.md, "Batches")."""
-
-    def throttle_success(self) -> bool:
-        calls = self.request_data.get("calls") if isinstance(self.request_data, dict) else None
-        for _ in range(max(1, min(len(calls), BATCH_MAX) if isinstance(calls, list) else 1) - 1):
-            self.history.insert(0, self.now)
-        return super().throttle_success()
+class BatchSubmissionThrottle(CountedSubmissionThrottle):
+    """A batch counts each of its calls against the submissions ceiling (docs/api.md, "Batches")."""
 
     def allow_request(self, request: Request, view: Any) -> bool:
-        self.request_data = request.data if request.method == "POST" else None
+        calls = request.data.get("calls") if request.method == "POST" and isinstance(request.data, dict) else None
+        self.count = min(len(calls), BATCH_MAX) if isinstance(calls, list) and calls else 1
         return super().allow_request(request, view)
 
 
@@ -257,6 +250,9 @@ class ServiceCallBulkApi(ServiceCallBaseApi):
         )
         if not filterset.is_valid():
             raise ValidationFailed({f"filter.{name}": found for name, found in filter_errors(filterset).items()})
+        if bulk.action == "rerun" and not bulk.dry_run:
+            # Each new call is a submission: charged to the caller's key as a batch's are.
+            submissions_charge(request, self, min(filterset.qs.count(), BULK_MAX))
         result = service_calls_bulk(
             tenant_id=self.tenant_id,
             calls=filterset.qs,

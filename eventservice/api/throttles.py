@@ -89,6 +89,24 @@ class CeilingThrottle(SimpleRateThrottle):
             return super().allow_request(request, view)
 
 
+class CountedThrottle(CeilingThrottle):
+    """A ceiling throttle that charges a request `count` submissions (a batch's calls, a bulk
+    rerun's): it is let in while the key is under its ceiling, as one submission is, and its
+    charge is spread over the window's future at the ceiling's pace (the n-th at now + n / rate),
+    so what follows waits until the charge has been paid: count / ceiling windows."""
+
+    count: int = 1
+
+    def throttle_success(self) -> bool:
+        step = self.duration / max(1, self.num_requests)
+        charge = [self.now + step * n for n in range(self.count - 1, 0, -1)]
+        self.history[:0] = charge
+        self.history.insert(len(charge), self.now)
+        keep = max(self.duration, 60) + step * self.count
+        self.cache.set(self.key, self.history, keep)
+        return True
+
+
 class SubmissionThrottle(CeilingThrottle):
     """POST .../service-calls and .../rerun: `submissionsPerSecond` per API key (per login)."""
 
@@ -101,6 +119,18 @@ class SubmissionThrottle(CeilingThrottle):
     def who(self, request: Request) -> str:
         user = request.user
         return user.pk if isinstance(user, ApiKeyPrincipal) else f"user:{user.pk}"
+
+
+class CountedSubmissionThrottle(CountedThrottle, SubmissionThrottle):
+    """Submissions counted by the call: a batch's, a bulk rerun's."""
+
+
+def submissions_charge(request: Request, view: Any, count: int) -> None:
+    """Charge `count` submissions to the caller's key (a bulk rerun's new calls), or raise
+    Throttled (429 with Retry-After) while it is over its ceiling."""
+    throttle = CountedSubmissionThrottle()
+    throttle.count = max(1, count)
+    throttle.allow_request(request, view)
 
 
 class PingThrottle(CeilingThrottle):

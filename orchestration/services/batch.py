@@ -64,7 +64,7 @@ def service_calls_submit_batch(
             if key is not None and key in keys:
                 first, first_fingerprint = keys[key]
                 if first_fingerprint != fingerprint:
-                    raise Conflict(f"Idempotency key {key!r} is given to item {first} with a different payload.")
+                    raise Conflict(f"Idempotency key {key!r} is given to item {first + 1} with a different payload.")
                 repeats.append((index, first))
                 continue
             if key is not None:

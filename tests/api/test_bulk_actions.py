@@ -136,3 +136,17 @@ def test_a_bulk_cancel_racing_the_timer_has_one_winner_per_call(world, engine, h
     assert answer["changed"] == list(statuses.values()).count("Cancelled")
     assert answer["changed"] + answer["skipped"] + answer["unchanged"] == 40
     assert http_target.count("/ok") == list(statuses.values()).count("Succeeded")
+
+
+def test_a_bulk_reruns_new_calls_count_against_the_submissions_ceiling(acme_api, still_throttle_clock):
+    from tests.support.factories import make_ceilings
+
+    make_ceilings("acme", submissionsPerSecond=2)
+    for n in range(3):
+        make_call("acme", name=f"r{n}", due_in=HOUR)
+    assert acme_api.post(bulk_url(), {"action": "rerun", "filter": {}}).json()["changed"] == 3
+    refused = acme_api.post(bulk_url(), {"action": "rerun", "filter": {}})
+    assert_problem(refused, 429)
+    assert ServiceCall.objects.count() == 6
+    # Counting is free: a dry run is no submission.
+    assert acme_api.post(bulk_url(), {"action": "rerun", "filter": {}, "dryRun": True}).json()["matched"] == 6

@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from core.ids import utcnow
-from core.partitions import AHEAD_DAYS, day_start, drop, is_partitioned, make_ahead, partitions
+from core.partitions import AHEAD_DAYS, day_start, drop, drop_detached, is_partitioned, make_ahead, partitions
 from delivery.partitions import ATTEMPT_DAYS, NOTIFICATION_DAYS
 from outbox.models import OutboxEvent
 from outbox.partitions import OUTBOX_DAYS
@@ -130,6 +130,7 @@ def test_a_drop_gives_up_soon_while_another_transaction_uses_the_table(world):
         holder.join(10)
     assert day.name in names(OUTBOX_DAYS)
     assert drop(OUTBOX_DAYS, day)
+    assert drop_detached(OUTBOX_DAYS) == [f"{day.name}_detached"]  # its files, in a step of their own
 
 
 def _partition_of(event: OutboxEvent) -> str:
@@ -167,3 +168,13 @@ def test_while_the_wake_ups_listen_a_window_looks_for_its_floor_again_only_once_
         assert OUTBOX_DAYS.time_of(window.bounds(now=now)[0]).date() == day_ago(3)
     finally:
         wakeups.stop()
+
+
+def test_a_detached_past_partition_is_dropped_too(db):
+    """A converted table's `<table>_past` goes by the same two steps as a day's partition."""
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE TABLE "{RUN_DAYS.table}_past_detached" (LIKE "{RUN_DAYS.table}")')
+    assert drop_detached(RUN_DAYS) == [f"{RUN_DAYS.table}_past_detached"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [f"{RUN_DAYS.table}_past_detached"])
+        assert cursor.fetchone()[0] is None

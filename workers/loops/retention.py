@@ -40,8 +40,7 @@ class RetentionLoop(Loop):
             runs_partitions_make(now=now)
             outbox_partitions_make(now=now)
             notifications_partitions_make(now=now)
-        with gate.slot():
-            deleted = runs_delete_older_than(before=now - timedelta(days=settings.RETENTION_DAYS))
+        deleted = runs_delete_older_than(before=now - timedelta(days=settings.RETENTION_DAYS), write_guard=gate.slot)
         if settings.OUTBOX_RETENTION_DAYS:  # 0 keeps every event
             before = now - timedelta(days=settings.OUTBOX_RETENTION_DAYS)
             deleted += outbox_delete_published_before(before=before, write_guard=gate.slot)
