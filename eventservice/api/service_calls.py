@@ -35,6 +35,7 @@ from orchestration.services import (
     BATCH_MAX,
     BULK_MAX,
     BatchResult,
+    bulk_calls_matched,
     service_call_cancel,
     service_call_rerun,
     service_call_submit,
@@ -245,17 +246,13 @@ class ServiceCallBulkApi(ServiceCallBaseApi):
     )
     def post(self, request: Request, tenant_id: str) -> Response:
         bulk = validate_bulk(request.data)
-        filterset = ServiceCallFilter(
-            bulk.filter, queryset=service_calls_for_tenant(tenant_id=self.tenant_id), tenant_id=self.tenant_id
-        )
-        if not filterset.is_valid():
-            raise ValidationFailed({f"filter.{name}": found for name, found in filter_errors(filterset).items()})
+        calls = bulk_calls_matched(tenant_id=self.tenant_id, bulk=bulk)
         if bulk.action == "rerun" and not bulk.dry_run:
             # Each new call is a submission: charged to the caller's key as a batch's are.
-            submissions_charge(request, self, min(filterset.qs.count(), BULK_MAX))
+            submissions_charge(request, self, min(calls.count(), BULK_MAX))
         result = service_calls_bulk(
             tenant_id=self.tenant_id,
-            calls=filterset.qs,
+            calls=calls,
             action=bulk.action,
             tags=bulk.tags,
             dry_run=bulk.dry_run,

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from django.db.models import QuerySet
 
 from core.errors import ApplicationError, ValidationFailed
+from orchestration.filters import ServiceCallFilter, filter_errors
+from orchestration.many import BulkRequest
 from orchestration.models import FAVORITE_TAG, ServiceCall, ServiceCallTag
+from orchestration.selectors import service_calls_for_tenant
 from orchestration.services.cancel import service_call_cancel
 from orchestration.services.rerun import service_call_rerun
 from orchestration.services.tags import service_call_tags_set
@@ -37,12 +40,23 @@ class BulkResult:
         self.reasons[reason] = self.reasons.get(reason, 0) + 1
 
 
+def bulk_calls_matched(*, tenant_id: str, bulk: BulkRequest) -> QuerySet[ServiceCall]:
+    """The tenant's calls `bulk`'s filter matches, as the list filters them; ValidationFailed
+    naming `filter.<name>` for a filter the list refuses."""
+    filterset = ServiceCallFilter(
+        bulk.filter, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
+    )
+    if not filterset.is_valid():
+        raise ValidationFailed({f"filter.{name}": found for name, found in filter_errors(filterset).items()})
+    return filterset.qs
+
+
 def service_calls_bulk(
     *, tenant_id: str, calls: QuerySet[ServiceCall], action: str, tags: list[str], dry_run: bool, correlation_id: str
 ) -> BulkResult:
-    """`action` on every call of `calls` (the tenant's, filtered as the list filters them), oldest
-    first; with `dry_run`, only their count. More than BULK_MAX calls: ValidationFailed, nothing
-    done (the count says by how much to narrow the filter)."""
+    """`action` on every call of `calls` (`bulk_calls_matched`), oldest first; with `dry_run`,
+    only their count. More than BULK_MAX calls: ValidationFailed, nothing done (the count says by
+    how much to narrow the filter)."""
     matched = calls.count()
     result = BulkResult(matched=matched)
     if dry_run:

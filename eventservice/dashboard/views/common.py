@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from core.errors import NotFound
+from core.secrets import SecretUnavailable, seal_value, unseal_value
 from eventservice.dashboard.selectors import call_tenant_id
 from eventservice.dashboard.tenancy import member_tenant
 from orchestration.models import ServiceCall
@@ -46,3 +47,27 @@ def redirect_back(request: HttpRequest, fallback: str) -> HttpResponse:
 
 def json_error(message: str, *, status: int, errors: dict | None = None) -> JsonResponse:
     return JsonResponse({"detail": message, "errors": errors or {}}, status=status)
+
+
+# A secret made by a POST (a webhook's or the calls' signing secret), kept for the page the POST
+# redirects to, which shows it once (docs/security.md, "Secrets shown once").
+SECRET_SESSION_KEY = "dashboard.new_secret"
+
+
+def keep_secret_once(request: HttpRequest, owner: str, secret: str) -> None:
+    """Keep `secret` for `owner`'s next page: sealed as every stored secret is (core.secrets), so
+    the session row never holds it readable."""
+    request.session[SECRET_SESSION_KEY] = {"owner": owner, "sealed": seal_value(secret)}
+
+
+def take_secret(request: HttpRequest, owner: str) -> str | None:
+    """The secret kept for `owner`'s page, removed as it is read; None if there is none (or it
+    was kept for another page)."""
+    kept = request.session.get(SECRET_SESSION_KEY)
+    if not isinstance(kept, dict) or kept.get("owner") != owner:
+        return None
+    del request.session[SECRET_SESSION_KEY]
+    try:
+        return unseal_value(kept["sealed"])
+    except (KeyError, TypeError, SecretUnavailable):  # the keys were rotated in between: it is gone
+        return None

@@ -1,6 +1,6 @@
 """The signed-calls page (docs/api.md, "Signed calls"): whether the current tenant's calls carry
 Standard Webhooks headers, turned on, off, or rotated; a new secret shown once, on the page the
-change leads to (kept sealed in the session until then, as a subscription's is). Thin:
+change leads to (kept sealed in the session until then: views.common.keep_secret_once). Thin:
 execution.signing stores it, exactly as for the API."""
 
 from __future__ import annotations
@@ -12,27 +12,16 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
-from core.secrets import SecretUnavailable, seal_value, unseal_value
 from eventservice.dashboard.tenancy import tenant_required
+from eventservice.dashboard.views.common import keep_secret_once, take_secret
 from execution.signing import call_signing_get, call_signing_set
 
-SECRET_SESSION_KEY = "call_signing_secret"
 # What each button of the page asks for: (enabled, rotate), and what it says when done.
 ACTIONS = {
     "enable": (True, False, "Each attempt of your calls is signed from now on."),
     "disable": (False, False, "Your calls are no longer signed."),
     "rotate": (True, True, "A new signing secret was made; the previous one keeps signing for 24 hours."),
 }
-
-
-def _take_secret(request: HttpRequest) -> str | None:
-    kept = request.session.pop(SECRET_SESSION_KEY, None)
-    if not isinstance(kept, dict) or kept.get("tenantId") != request.tenant.id:
-        return None
-    try:
-        return unseal_value(kept["sealed"])
-    except (KeyError, TypeError, SecretUnavailable):  # the keys were rotated in between: it is gone
-        return None
 
 
 @never_cache
@@ -51,11 +40,11 @@ def signing_page(request: HttpRequest) -> HttpResponse:
             return HttpResponseRedirect(reverse("dashboard:signing"))
         _, secret = call_signing_set(tenant_id=tenant_id, enabled=enabled, rotate=rotate)
         if secret:
-            request.session[SECRET_SESSION_KEY] = {"tenantId": tenant_id, "sealed": seal_value(secret)}
+            keep_secret_once(request, f"call-signing:{tenant_id}", secret)
         messages.success(request, done)
         return HttpResponseRedirect(reverse("dashboard:signing"))
     return render(
         request,
         "dashboard/signing.html",
-        {"state": call_signing_get(tenant_id=tenant_id), "secret": _take_secret(request)},
+        {"state": call_signing_get(tenant_id=tenant_id), "secret": take_secret(request, f"call-signing:{tenant_id}")},
     )

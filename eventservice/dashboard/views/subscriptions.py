@@ -19,7 +19,6 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from core.errors import NotFound, ValidationFailed
-from core.secrets import SecretUnavailable, seal_value, unseal_value
 from delivery.models import Notification, Subscription
 from delivery.selectors import (
     notification_get,
@@ -43,9 +42,8 @@ from delivery.validation import validate_subscription
 from eventservice.api.throttles import PingThrottle, page_over_ceiling
 from eventservice.dashboard.subscription_forms import RecoverForm, SubscriptionEnabledForm, SubscriptionForm
 from eventservice.dashboard.tenancy import tenant_required
-from eventservice.dashboard.views.common import redirect_back
+from eventservice.dashboard.views.common import keep_secret_once, redirect_back, take_secret
 
-SECRET_SESSION_KEY = "dashboard.new_secret"
 DELIVERIES_PER_PAGE = 25
 
 
@@ -59,23 +57,6 @@ def _subscription(request: HttpRequest, subscription_id: uuid.UUID) -> Subscript
 
 def _detail_url(subscription: Subscription) -> str:
     return reverse("dashboard:subscription-detail", kwargs={"subscription_id": subscription.subscription_id})
-
-
-def _keep_secret_once(request: HttpRequest, subscription: Subscription, secret: str) -> None:
-    # Sealed as every stored secret is (core.secrets): the session row never holds it readable.
-    request.session[SECRET_SESSION_KEY] = {"subscriptionId": str(subscription.pk), "sealed": seal_value(secret)}
-
-
-def _take_secret(request: HttpRequest, subscription: Subscription) -> str | None:
-    """The secret kept for this subscription's next page, removed as it is read."""
-    kept = request.session.get(SECRET_SESSION_KEY)
-    if not isinstance(kept, dict) or kept.get("subscriptionId") != str(subscription.pk):
-        return None
-    del request.session[SECRET_SESSION_KEY]
-    try:
-        return unseal_value(kept["sealed"])
-    except (KeyError, TypeError, SecretUnavailable):  # the keys were rotated in between: it is gone
-        return None
 
 
 @tenant_required
@@ -108,7 +89,7 @@ def subscription_new(request: HttpRequest) -> HttpResponse:
         form.add_wire_errors(exc.errors)
         return render(request, "dashboard/subscription_new.html", {"form": form}, status=400)
     if secret:
-        _keep_secret_once(request, subscription, secret)
+        keep_secret_once(request, f"subscription:{subscription.pk}", secret)
     messages.success(request, f"Subscription “{subscription.name}” created.")
     return HttpResponseRedirect(_detail_url(subscription))
 
@@ -128,7 +109,7 @@ def subscription_detail(request: HttpRequest, subscription_id: uuid.UUID) -> Htt
     figures = subscription_figures(subscription_ids=[subscription.pk]).get(subscription.pk)
     context = {
         "subscription": subscription,
-        "secret": _take_secret(request, subscription),
+        "secret": take_secret(request, f"subscription:{subscription.pk}"),
         "figures": figures,
         "page": page,
         "state": state,
@@ -175,7 +156,7 @@ def subscription_rotate(request: HttpRequest, subscription_id: uuid.UUID) -> Htt
         subscription, secret = subscription_rotate_secret(tenant_id=request.tenant.id, subscription_id=subscription.pk)
     except NotFound:
         raise Http404("No such subscription.") from None
-    _keep_secret_once(request, subscription, secret)
+    keep_secret_once(request, f"subscription:{subscription.pk}", secret)
     messages.success(request, "A new signing secret was made; the previous one keeps signing for 24 hours.")
     return HttpResponseRedirect(_detail_url(subscription))
 

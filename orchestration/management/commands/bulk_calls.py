@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
 from core.cli import command_error
 from core.errors import ApplicationError
 from core.ids import new_id
-from orchestration.filters import ServiceCallFilter, filter_errors
 from orchestration.management.commands.list_calls import status_value
 from orchestration.many import BULK_ACTIONS, validate_bulk
-from orchestration.selectors import service_calls_for_tenant
-from orchestration.services import BULK_MAX, service_calls_bulk
+from orchestration.services import BULK_MAX, bulk_calls_matched, service_calls_bulk
 from tenants.cli import require_tenant
 
 OPTION_OF_FIELD = {
@@ -69,17 +67,9 @@ class Command(BaseCommand):
             data["tags"] = options["set_tag"]
         try:
             bulk = validate_bulk(data)
-            filterset = ServiceCallFilter(
-                bulk.filter, queryset=service_calls_for_tenant(tenant_id=tenant_id), tenant_id=tenant_id
-            )
-            if not filterset.is_valid():
-                lines = ["Invalid filter:"]
-                for name, found in filter_errors(filterset).items():
-                    lines.extend(f"  {OPTION_OF_FIELD.get('filter.' + name, name)}: {message}" for message in found)
-                raise CommandError("\n".join(lines))
             result = service_calls_bulk(
                 tenant_id=tenant_id,
-                calls=filterset.qs,
+                calls=bulk_calls_matched(tenant_id=tenant_id, bulk=bulk),
                 action=bulk.action,
                 tags=bulk.tags,
                 dry_run=bulk.dry_run,
