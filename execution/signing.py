@@ -107,7 +107,7 @@ def call_signing_set(*, tenant_id: str, enabled: bool, rotate: bool = False) -> 
         row.enabled = enabled
         row.updated_at = now
         row.save()
-    _cache.forget()
+    signing_forget()
     return _state(row, now=now), shown
 
 
@@ -138,6 +138,11 @@ class _Cache:
 
 
 _cache = _Cache()
+
+
+def signing_forget() -> None:
+    """What this process read of the tenants' signing is read again at the next attempt."""
+    _cache.forget()
 
 
 def _new_cache_after_fork() -> None:

@@ -97,6 +97,17 @@ def _ceilings_read_afresh():
 
 
 @pytest.fixture(autouse=True)
+def _signing_read_afresh():
+    """Each test reads which tenants sign their calls from its own database, not from the
+    process's one-second copy left by the test before (execution/signing.py)."""
+    from execution.signing import signing_forget
+
+    signing_forget()
+    yield
+    signing_forget()
+
+
+@pytest.fixture(autouse=True)
 def _open_windows_looked_for_afresh():
     """Each test's loops look for the window of the open rows in its own database, not in the
     process's one-second copy left by the test before (core.partition_queries.OpenWindow; PostgreSQL)."""
