@@ -18,3 +18,10 @@ class EventServiceConfig(AppConfig):
         from orchestration.selectors import call_tags_by_call
 
         call_tags_reader_set(call_tags_by_call)
+        # A connection that a live call or a schedule names is not deleted (docs/connections.md):
+        # execution, below both, is handed their readers.
+        from execution.connections import USAGE_READERS
+        from orchestration.selectors import calls_using_connection
+        from schedules.selectors import schedules_using_connection
+
+        USAGE_READERS[:] = [calls_using_connection, schedules_using_connection]

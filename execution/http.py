@@ -163,7 +163,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
     started = time.monotonic()
     timeout_s = request.timeout_ms / 1000
     deadline = started + timeout_s
-    secrets = secret_values(request.headers)
+    secrets = [*secret_values(request.headers), *(value for value in request.secrets if value)]
 
     def latency() -> int:
         return int((time.monotonic() - started) * 1000)

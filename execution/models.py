@@ -47,6 +47,11 @@ class HttpExecution(models.Model):
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     error_kind = models.CharField(max_length=16, choices=ErrorKind.choices, null=True, blank=True)
     error_message = models.TextField(null=True, blank=True)
+    # The connection whose credentials the attempt carried (execution/credentials.py), by name.
+    connection_name = models.CharField(max_length=64, blank=True, default="")
+    # The tries before the one recorded above, within this attempt: an OAuth2 target's 401, after
+    # which the token was fetched again and the request sent once more (docs/connections.md).
+    earlier_tries = models.JSONField(null=True, blank=True)
 
     class Meta:
         db_table = "http_execution_log"
@@ -102,3 +107,60 @@ class CallSigning(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}: {'on' if self.enabled else 'off'}"
+
+
+class Connection(models.Model):
+    """A tenant's named credentials (docs/connections.md): a call or schedule names one in
+    `requestSpec.connection` and each attempt carries them. `config` holds what may be shown
+    (a user name, a header's name, a token endpoint, a client id, ...); `secret` the one value
+    that may not (a password, a header's value, a client secret), sealed like secret headers."""
+
+    class Kind(models.TextChoices):
+        BASIC = "basic"
+        API_KEY_HEADER = "apiKeyHeader"
+        OAUTH2_CLIENT_CREDENTIALS = "oauth2ClientCredentials"
+
+    connection_id = models.UUIDField(primary_key=True, editable=False)
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_column="tenant_id", related_name="+", db_index=False
+    )
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    config = models.JSONField(default=dict)
+    secret = models.JSONField(editable=False)
+    # Raised by every change: an OAuth2 token fetched under an earlier version is not used again,
+    # so a rotation takes effect for the next attempt.
+    version = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    secret_updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "connections"
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="connections_tenant_name"),
+            models.CheckConstraint(
+                condition=Q(kind__in=["basic", "apiKeyHeader", "oauth2ClientCredentials"]),
+                name="connections_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+
+class ConnectionToken(models.Model):
+    """The OAuth2 access token an oauth2ClientCredentials connection last fetched, sealed, shared
+    by every process on the database (execution/credentials.py): used until `use_until`, a
+    moment before the token expires, and only under the connection's `version` it was fetched
+    for."""
+
+    connection = models.OneToOneField(Connection, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    version = models.PositiveIntegerField()
+    token = models.JSONField()
+    fetched_at = models.DateTimeField()
+    use_until = models.DateTimeField()
+
+    class Meta:
+        db_table = "connection_tokens"

@@ -16,6 +16,9 @@ class ErrorKind(models.TextChoices):
     EGRESS_DENIED = "EgressDenied"
     INTERRUPTED = "Interrupted"
     INTERNAL_ERROR = "InternalError"
+    # The call's connection gave no credentials: its OAuth2 token endpoint failed or refused, or
+    # the connection is gone (docs/connections.md). Nothing was sent to the target.
+    CREDENTIAL_ERROR = "CredentialError"
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,9 @@ class Outcome:
     latency_ms: int | None = None
     error_kind: str | None = None
     error_message: str | None = None
+    # The tries before this one within the attempt (an OAuth2 target's 401 before the token was
+    # fetched again: execution/credentials.py), for the attempt log.
+    earlier_tries: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def failure(cls, kind: str, message: str, *, status: int | None = None, latency_ms: int | None = None) -> Outcome:

@@ -14,7 +14,7 @@ from django.db import transaction
 
 from core.db import insert_new, update_many
 from core.ids import new_id, utcnow
-from core.secrets import redact_headers
+from core.secrets import REDACTED, redact_headers
 from execution.models import HttpExecution
 from execution.outcomes import ErrorKind, Outcome
 from execution.wire import HttpRequest, sent_body, sent_headers
@@ -66,9 +66,10 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
                 started_at=now,
                 request_url=order.request.url,
                 request_method=order.request.method,
-                request_headers=redact_headers(sent_headers(request=order.request)),
+                request_headers=_logged_headers(order.request),
                 request_body=body[:REQUEST_BODY_SNIPPET].decode("utf-8", "replace") if body else None,
                 timeout_ms=order.request.timeout_ms,
+                connection_name=order.request.credential.name if order.request.credential else "",
             )
         )
     # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
@@ -78,6 +79,16 @@ def attempts_begin(*, orders: Sequence[AttemptOrder], worker_id: str) -> list[At
     return [
         Attempt(row.execution_id, order) for row, order in zip(rows, orders, strict=True) if row.execution_id in owned
     ]
+
+
+def _logged_headers(request: HttpRequest) -> dict[str, str]:
+    """The headers as sent, secret values redacted: the connection's header whatever its name."""
+    headers = redact_headers(sent_headers(request=request))
+    if request.credential is not None:
+        for name in headers:
+            if name.lower() == request.credential.header.lower():
+                headers[name] = REDACTED
+    return headers
 
 
 def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
@@ -111,6 +122,7 @@ def _outcome_fields(outcome: Outcome) -> dict[str, Any]:
         "latency_ms": outcome.latency_ms,
         "error_kind": outcome.error_kind,
         "error_message": outcome.error_message,
+        "earlier_tries": list(outcome.earlier_tries) or None,
     }
 
 
@@ -142,6 +154,7 @@ def outcome_of(execution: HttpExecution) -> Outcome:
             body_snippet=execution.response_body,
             body_truncated=execution.response_body_truncated,
             latency_ms=execution.latency_ms,
+            earlier_tries=tuple(execution.earlier_tries or ()),
         )
     return Outcome(
         succeeded=False,
@@ -152,4 +165,5 @@ def outcome_of(execution: HttpExecution) -> Outcome:
         latency_ms=execution.latency_ms,
         error_kind=execution.error_kind,
         error_message=execution.error_message,
+        earlier_tries=tuple(execution.earlier_tries or ()),
     )

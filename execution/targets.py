@@ -1,5 +1,6 @@
-"""What a target URL must be, before anything is sent to it: the rule a service call's URL and a
-webhook subscription's URL share (docs/security.md §1)."""
+"""What a target URL and a header must be, before anything is sent: the rules a service call's URL
+and headers, a webhook subscription's URL and a connection's token URL and header share
+(docs/security.md §1)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from execution.egress import EgressPolicy, client_host, parse_ip_literal
+from core.text import CONTROL, first_of
+from execution.egress import EgressPolicy, client_host, parse_ip_literal, refused_header
 
 MAX_URL = 2048
 MAX_HOST = 253
 # A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
 _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_HEADER_VALUE = 8192
+# RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
@@ -50,4 +55,29 @@ def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
             return "The URL's host is not a valid host name or IP address."
     elif (refusal := (policy or EgressPolicy.from_settings()).literal_refusal(url)) is not None:
         return f"The URL is refused by the egress policy: {refusal}."
+    return None
+
+
+def header_name_error(name: Any) -> str | None:
+    if not isinstance(name, str) or not name:
+        return "Header names must be non-empty strings."
+    if not _TOKEN.match(name):
+        return f"Header name {name[:40]!r} is not a valid token."
+    # The egress policy owns the one list (the agent's own, hop-by-hop and Proxy-* headers).
+    if refused_header(name):
+        return f"Header {name!r} is set by the agent and cannot be given."
+    return None
+
+
+def header_value_error(name: str, value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"Header {name[:40]!r} must have a string value."
+    if "\r" in value or "\n" in value or "\x00" in value:
+        return f"Header {name[:40]!r} must not contain CR, LF or NUL."
+    if (ch := first_of(value, CONTROL, allowed="\t")) is not None:
+        return f"Header {name[:40]!r} must not contain control characters (U+{ord(ch):04X})."
+    if any(ord(ch) > 255 for ch in value):
+        return f"Header {name[:40]!r} must be ASCII or Latin-1 text."
+    if len(value) > MAX_HEADER_VALUE:
+        return f"Header {name[:40]!r} is longer than {MAX_HEADER_VALUE} characters."
     return None

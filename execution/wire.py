@@ -30,6 +30,11 @@ class HttpRequest:
     # Why this request cannot go out at all (its signing secret cannot be unsealed): the attempt
     # fails at once with InternalError, nothing sent.
     cannot_send: str | None = None
+    # The connection whose credentials the request carries (execution.credentials.Credential).
+    credential: Any = None
+    # Values never to be shown (a connection's credential, a token): scrubbed from what the
+    # target answers, as secret header values are.
+    secrets: tuple[str, ...] = ()
 
 
 USER_AGENT = "ServiceAgent/1.0"

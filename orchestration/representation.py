@@ -152,6 +152,10 @@ def execution_representation(row: HttpExecution) -> dict[str, Any]:
         "response": response,
         "latencyMs": row.latency_ms,
         "error": error,
+        # With a connection: its name, and the tries before this one (a 401 that fetched the
+        # OAuth2 token again: docs/connections.md).
+        **({"connection": row.connection_name} if row.connection_name else {}),
+        **({"earlierTries": row.earlier_tries} if row.earlier_tries else {}),
     }
 
 

@@ -33,7 +33,9 @@ class RetryOn:
     HTTP_429 = "Http429"
     TIMEOUT = "Timeout"
     NETWORK_ERROR = "NetworkError"
-    ALL = (HTTP_5XX, HTTP_429, TIMEOUT, NETWORK_ERROR)
+    # The call's connection gave no credentials (its OAuth2 token endpoint failed: docs/connections.md).
+    CREDENTIAL_ERROR = "CredentialError"
+    ALL = (HTTP_5XX, HTTP_429, TIMEOUT, NETWORK_ERROR, CREDENTIAL_ERROR)
 
 
 # delay-seconds (RFC 9110 §10.2.3): ASCII digits only; str.isdigit() would also take "²", which
@@ -180,6 +182,8 @@ def retry_class(outcome: Outcome) -> str | None:
         return RetryOn.TIMEOUT
     if kind == ErrorKind.NETWORK_ERROR:
         return RetryOn.NETWORK_ERROR
+    if kind == ErrorKind.CREDENTIAL_ERROR:
+        return RetryOn.CREDENTIAL_ERROR
     return None
 
 

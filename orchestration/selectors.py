@@ -138,3 +138,18 @@ def service_calls_overdue(
             c=ServiceCall,
         )
     ]
+
+
+def calls_using_connection(tenant_id: str, name: str, *, limit: int = 5) -> list[str]:
+    """The tenant's live calls (Scheduled, Running) that name the connection, a few, for a
+    refused delete (execution.connections.connection_delete)."""
+    found = (
+        ServiceCall.objects.filter(
+            tenant_id=tenant_id,
+            status__in=(ServiceCall.Status.SCHEDULED, ServiceCall.Status.RUNNING),
+            request_spec__connection=name,
+        )
+        .order_by("service_call_id")
+        .values_list("service_call_id", flat=True)[:limit]
+    )
+    return [f"call {pk}" for pk in found]

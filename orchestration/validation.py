@@ -19,18 +19,17 @@ from django.utils.dateparse import parse_datetime
 
 from core.errors import ValidationFailed
 from core.ids import utcnow
-from core.text import CONTROL as _CONTROL
 from core.text import MAX_TAG, MAX_TAGS, name_problem, tag_problem  # noqa: F401 (MAX_TAG: the rule's, re-exported)
 from core.text import NOT_VISIBLE as _NOT_VISIBLE
 from core.text import first_of as _first_of
-from execution.egress import header_key, refused_header
-from execution.targets import url_error
+from execution.connections import connection_reference_error
+from execution.egress import header_key
+from execution.targets import MAX_HEADER_VALUE, header_name_error, header_value_error, url_error  # noqa: F401 (re-exported)
 from orchestration.retries import RetryPolicy, policy_errors
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 MAX_NAME = 200
 MAX_HEADERS = 50
-MAX_HEADER_VALUE = 8192
 MAX_BODY_BYTES = 256 * 1024
 MAX_IDEMPOTENCY_KEY = 200
 # An upper bound for callers that check a delay before building a date (submit_call --in);
@@ -46,8 +45,6 @@ MAX_BODY_DEPTH = 64
 # room to spare so that a body just past its limit gets the precise field error, not this one.
 MAX_DOCUMENT_DEPTH = 100
 
-# RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 # 1-64 characters, none of them whitespace or control characters.
 
 
@@ -64,6 +61,8 @@ class Submission:
     idempotency_key: str | None
     retry_policy: RetryPolicy | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # The tenant's connection whose credentials each attempt carries (docs/connections.md).
+    connection: str | None = None
 
     def fingerprint_payload(self) -> dict[str, Any]:
         """The canonical content compared when an idempotency key is reused."""
@@ -75,6 +74,7 @@ class Submission:
                 "headers": self.headers,
                 "body": self.body,
                 "timeoutMs": self.timeout_ms,
+                **({"connection": self.connection} if self.connection else {}),
             },
             "dueAt": self.due_at.isoformat() if self.due_at else None,
             "tags": sorted(self.tags),
@@ -177,7 +177,7 @@ def nested_deeper_than(value: Any, max_depth: int) -> bool:
 
 
 _TOP_FIELDS = ("name", "dueAt", "tags", "idempotencyKey", "retryPolicy")
-_SPEC_FIELDS = ("method", "url", "headers", "body", "timeoutMs")
+_SPEC_FIELDS = ("method", "url", "headers", "body", "timeoutMs", "connection")
 
 
 def _unstorable_fields(data: dict[str, Any], errors: _Errors) -> set[str]:
@@ -207,31 +207,6 @@ def validate_encodable(data: dict[str, Any]) -> None:
 def _names(keys: set[str]) -> str:
     """Unknown field names for a message, with what cannot be shown replaced (U+FFFD)."""
     return ", ".join(sorted(_UNSTORABLE.sub("\ufffd", key) for key in keys))
-
-
-def header_name_error(name: Any) -> str | None:
-    if not isinstance(name, str) or not name:
-        return "Header names must be non-empty strings."
-    if not _TOKEN.match(name):
-        return f"Header name {name[:40]!r} is not a valid token."
-    # The egress policy owns the one list (the agent's own, hop-by-hop and Proxy-* headers).
-    if refused_header(name):
-        return f"Header {name!r} is set by the agent and cannot be given."
-    return None
-
-
-def header_value_error(name: str, value: Any) -> str | None:
-    if not isinstance(value, str):
-        return f"Header {name[:40]!r} must have a string value."
-    if "\r" in value or "\n" in value or "\x00" in value:
-        return f"Header {name[:40]!r} must not contain CR, LF or NUL."
-    if (ch := _first_of(value, _CONTROL, allowed="\t")) is not None:
-        return f"Header {name[:40]!r} must not contain control characters (U+{ord(ch):04X})."
-    if any(ord(ch) > 255 for ch in value):
-        return f"Header {name[:40]!r} must be ASCII or Latin-1 text."
-    if len(value) > MAX_HEADER_VALUE:
-        return f"Header {name[:40]!r} is longer than {MAX_HEADER_VALUE} characters."
-    return None
 
 
 def one_year_after(moment: datetime) -> datetime:
@@ -339,10 +314,11 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
 
     spec = data.get("requestSpec")
     method, url, headers, body, timeout_ms = "", "", {}, None, settings.EXECUTION_TIMEOUT_MS
+    connection = None
     if not isinstance(spec, dict):
-        errors.add("requestSpec", "requestSpec is required: {method, url, headers?, body?, timeoutMs?}.")
+        errors.add("requestSpec", "requestSpec is required: {method, url, headers?, body?, timeoutMs?, connection?}.")
     else:
-        unknown = set(spec) - {"method", "url", "headers", "body", "timeoutMs"}
+        unknown = set(spec) - {"method", "url", "headers", "body", "timeoutMs", "connection"}
         if unknown:
             errors.add("requestSpec", f"Unknown fields: {_names(unknown)}.")
         method = spec.get("method")
@@ -389,6 +365,9 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
                 errors.add("requestSpec.timeoutMs", f"timeoutMs must be an integer from 1 to {MAX_TIMEOUT_MS}.")
         else:
             timeout_ms = raw_timeout
+        connection = spec.get("connection")
+        if "requestSpec.connection" not in refused and (message := connection_reference_error(connection)):
+            errors.add("requestSpec.connection", message)
 
     due_at = None
     try:
@@ -436,6 +415,7 @@ def validate_submission(data: Any, *, idempotency_header: str | None = None) -> 
         tags=tags,
         idempotency_key=key,
         retry_policy=retry_policy,
+        connection=connection,
     )
 
 

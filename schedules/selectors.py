@@ -95,3 +95,14 @@ def schedules_next_advance(*, exclude: Collection[uuid.UUID] = ()) -> datetime |
     if exclude:
         rows = rows.exclude(pk__in=list(exclude))
     return rows.order_by("advance_at").values_list("advance_at", flat=True).first()
+
+
+def schedules_using_connection(tenant_id: str, name: str, *, limit: int = 5) -> list[str]:
+    """The tenant's schedules whose calls name the connection, a few, for a refused delete
+    (execution.connections.connection_delete)."""
+    found = (
+        Schedule.objects.filter(tenant_id=tenant_id, request_spec__connection=name)
+        .order_by("schedule_id")
+        .values_list("name", "schedule_id")[:limit]
+    )
+    return [f"schedule {schedule_name!r} ({pk})" for schedule_name, pk in found]

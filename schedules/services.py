@@ -26,6 +26,7 @@ from core.db.wakeups import Channel, notify
 from core.errors import Conflict, NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, rotate_sealed, seal_headers
+from execution.connections import connection_check
 from orchestration.models import ServiceCall
 from orchestration.retries import RetryPolicy
 from orchestration.services import (
@@ -73,6 +74,7 @@ def _submission(schedule: Schedule, at: datetime) -> tuple[Submission, dict[str,
         tags=list(schedule.tags or []),
         idempotency_key=None,
         retry_policy=RetryPolicy.from_wire(schedule.retry_policy) if schedule.retry_policy else None,
+        connection=spec.get("connection"),
     )
     return submission, headers
 
@@ -153,6 +155,18 @@ def _spec_sealed(spec: dict[str, Any]) -> dict[str, Any]:
     return {**spec, "headers": seal_headers(spec.get("headers") or {})}
 
 
+def _check_connection(tenant_id: str, spec: dict[str, Any] | None) -> None:
+    """The connection the schedule's calls will carry exists, and the request leaves its header
+    alone (docs/connections.md)."""
+    spec = spec or {}
+    connection_check(
+        tenant_id=tenant_id,
+        name=spec.get("connection"),
+        header_names=spec.get("headers") or {},
+        field="requestSpec.connection",
+    )
+
+
 def _locked(tenant_id: str, schedule_id: uuid.UUID | str) -> Schedule:
     try:
         pk = schedule_id if isinstance(schedule_id, uuid.UUID) else uuid.UUID(str(schedule_id))
@@ -173,6 +187,7 @@ def schedule_create(
     now = now or utcnow()
     if data.retry_policy is not None:
         retry_policy_within_ceilings(tenant_id=tenant_id, policy=data.retry_policy)
+    _check_connection(tenant_id, data.request_spec)
     with transaction.atomic():
         # The tenant's row, locked: two creates never both take the last place.
         list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))
@@ -216,6 +231,8 @@ def schedule_update(
     given = data.given
     if "retryPolicy" in given and data.retry_policy is not None:
         retry_policy_within_ceilings(tenant_id=tenant_id, policy=data.retry_policy)
+    if "requestSpec" in given:
+        _check_connection(tenant_id, data.request_spec)
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         was_paused = schedule.paused

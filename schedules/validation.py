@@ -161,6 +161,7 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
             "headers": submission.headers,
             "body": submission.body,
             "timeoutMs": submission.timeout_ms,
+            **({"connection": submission.connection} if submission.connection else {}),
         }
     return ScheduleInput(
         given=given,

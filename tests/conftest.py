@@ -99,12 +99,16 @@ def _ceilings_read_afresh():
 @pytest.fixture(autouse=True)
 def _signing_read_afresh():
     """Each test reads which tenants sign their calls from its own database, not from the
-    process's one-second copy left by the test before (execution/signing.py)."""
+    process's one-second copy left by the test before (execution/signing.py); and the OAuth2
+    tokens of its connections too (execution/credentials.py)."""
+    from execution.credentials import tokens_forget
     from execution.signing import signing_forget
 
     signing_forget()
+    tokens_forget()
     yield
     signing_forget()
+    tokens_forget()
 
 
 @pytest.fixture(autouse=True)

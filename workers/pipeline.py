@@ -17,7 +17,8 @@ from django.db import transaction
 
 from core.ids import utcnow
 from core.logging import log_context
-from execution.http import HttpRequest, perform
+from execution.credentials import Credential, credentials_for, send, with_credential
+from execution.http import HttpRequest
 from execution.outcomes import Outcome
 from execution.services import Attempt, AttemptOrder, attempts_begin, attempts_finish
 from execution.signing import signed
@@ -38,10 +39,11 @@ logger = logging.getLogger("serviceagent.pipeline")
 START_CHUNK = 100
 
 
-def order_for(call: StartedCall) -> AttemptOrder:
+def order_for(call: StartedCall, credential: Credential | None = None) -> AttemptOrder:
     """The attempt to send: the call's request, plus the headers by which a receiver knows the
-    call and the attempt, to tell a retry from a duplicate (docs/retries.md), and, when its tenant
-    signs its calls, the Standard Webhooks headers (execution/signing.py)."""
+    call and the attempt, to tell a retry from a duplicate (docs/retries.md), the credentials of
+    its connection (execution/credentials.py) and, when its tenant signs its calls, the Standard
+    Webhooks headers (execution/signing.py)."""
     request = HttpRequest(
         method=call.method,
         url=call.url,
@@ -53,6 +55,8 @@ def order_for(call: StartedCall) -> AttemptOrder:
             "X-Service-Call-Attempt": str(call.attempt),
         },
     )
+    if credential is not None:
+        request = with_credential(request, credential)
     return AttemptOrder(
         tenant_id=call.tenant_id,
         service_call_id=call.service_call_id,
@@ -95,7 +99,11 @@ def start_and_claim_overdue(
 
 
 def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
-    return attempts_begin(orders=[order_for(call) for call in started], worker_id=worker_id)
+    started = list(started)
+    # The connections the calls name, read now (one query): a change applies from the next attempt.
+    credentials = credentials_for((call.tenant_id, call.connection) for call in started if call.connection)
+    orders = [order_for(call, credentials.get((call.tenant_id, call.connection or ""))) for call in started]
+    return attempts_begin(orders=orders, worker_id=worker_id)
 
 
 def run_attempt(attempt: Attempt) -> Outcome:
@@ -109,7 +117,7 @@ def run_attempt(attempt: Attempt) -> Outcome:
     with log_context(
         tenantId=order.tenant_id, serviceCallId=str(order.service_call_id), correlationId=order.correlation_id
     ):
-        outcome = perform(order.request)
+        outcome = send(order.request)
         logger.info(
             "attempt finished",
             extra={

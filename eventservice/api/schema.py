@@ -99,6 +99,7 @@ CLOSED_REQUEST_COMPONENTS = (
     "BulkInputRequest",
     "CreateScheduleRequest",
     "PatchedUpdateScheduleRequest",
+    "ConnectionInputRequest",
 )
 
 

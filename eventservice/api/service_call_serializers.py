@@ -41,6 +41,11 @@ class RequestSpecSerializer(serializers.Serializer):
         ),
     )
     timeoutMs = serializers.IntegerField(min_value=1, max_value=120_000, required=False)
+    connection = serializers.CharField(
+        required=False,
+        help_text="The name of one of the tenant's connections: each attempt carries its credentials "
+        "(docs/connections.md). The request may not set the header the connection sets.",
+    )
 
 
 class ResponseMetaSerializer(serializers.Serializer):
@@ -171,6 +176,15 @@ class ExecutionSerializer(serializers.Serializer):
     response = ExecutionResponseSerializer(allow_null=True)
     latencyMs = serializers.IntegerField(allow_null=True)
     error = ExecutionErrorSerializer(allow_null=True)
+    connection = serializers.CharField(
+        required=False, help_text="The connection whose credentials the attempt carried (docs/connections.md)."
+    )
+    earlierTries = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="The tries before this one within the attempt: a target's 401, after which the connection's "
+        "OAuth2 token was fetched again and the request sent once more (`status`, `latencyMs`, `note`).",
+    )
 
 
 class EventSerializer(serializers.Serializer):

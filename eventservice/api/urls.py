@@ -2,6 +2,7 @@ from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from eventservice.api import (  # noqa: F401 (schema registers the auth scheme)
+    connections,
     errors,
     flow_control,
     ops,
@@ -29,6 +30,8 @@ urlpatterns = [
     path(f"{TENANT}/events", service_calls.TenantEventsApi.as_view(), name="tenant-events"),
     path(f"{TENANT}/flow-control", flow_control.FlowControlApi.as_view(), name="flow-control"),
     path(f"{TENANT}/signing", signing.SigningApi.as_view(), name="signing"),
+    path(f"{TENANT}/connections", connections.ConnectionsApi.as_view(), name="connections"),
+    path(f"{TENANT}/connections/<str:name>", connections.ConnectionDetailApi.as_view(), name="connection-detail"),
     # Subscriptions' operations are fixed suffixes of its path (delivery.representation builds
     # the links that way).
     path(f"{TENANT}/subscriptions", subscriptions.SubscriptionsApi.as_view(), name="subscriptions"),

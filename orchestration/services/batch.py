@@ -12,6 +12,7 @@ from django.db import IntegrityError, transaction
 
 from core.db import group_commit, insert_prepare, insert_rows_prepare
 from core.errors import ApplicationError, Conflict
+from execution.connections import connection_check
 from orchestration.many import BATCH_MAX  # noqa: F401 (re-exported)
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.services.calls import enqueue_start
@@ -59,6 +60,12 @@ def service_calls_submit_batch(
             if submission.retry_policy is not None:
                 policy = retry_policy_within_ceilings(tenant_id=tenant_id, policy=submission.retry_policy)
                 submission = replace(submission, retry_policy=policy)
+            connection_check(
+                tenant_id=tenant_id,
+                name=submission.connection,
+                header_names=submission.headers,
+                field="requestSpec.connection",
+            )
             fingerprint = _fingerprint(submission)
             key = submission.idempotency_key
             if key is not None and key in keys:

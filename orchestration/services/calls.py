@@ -49,6 +49,8 @@ class StartedCall:
     attempt: int = 1
     # Flow control's rate may admit a call a moment before it starts: not sent before then.
     not_before: datetime | None = None
+    # The tenant's connection whose credentials each attempt carries (docs/connections.md).
+    connection: str | None = None
 
     @property
     def key(self) -> CallKey:
@@ -68,6 +70,7 @@ def public_request_spec(spec: dict[str, Any], *, body_limit: int | None = None) 
         "headers": redact_headers(spec.get("headers")),
         "body": body,
         "timeoutMs": spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
+        **({"connection": spec["connection"]} if spec.get("connection") else {}),
     }
 
 

@@ -45,6 +45,7 @@ def service_call_rerun(
         idempotency_key=None,
         # The same policy: a rerun is the same call made again (docs/retries.md).
         retry_policy=RetryPolicy.from_wire(original.retry_policy) if original.retry_policy else None,
+        connection=spec.get("connection"),
     )
     call, _ = service_call_submit(
         tenant_id=tenant_id,

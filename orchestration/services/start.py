@@ -179,6 +179,7 @@ def _started(row: ServiceCall, *, attempt: int) -> StartedCall:
         body=spec.get("body"),
         timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
         attempt=attempt,
+        connection=spec.get("connection"),
     )
 
 

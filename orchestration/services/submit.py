@@ -20,6 +20,7 @@ from core.db import PreparedInsert, group_commit, insert_prepare, insert_rows_pr
 from core.errors import Conflict, ValidationFailed
 from core.ids import iso_ms, new_id, utcnow
 from core.secrets import seal_headers
+from execution.connections import connection_check
 from orchestration.flow import target_host
 from orchestration.models import ServiceCall, ServiceCallTag
 from orchestration.retries import (
@@ -66,6 +67,13 @@ def service_call_submit(
             retry_policy=retry_policy_within_ceilings(
                 tenant_id=tenant_id, policy=submission.retry_policy, cap=occurrence is not None
             ),
+        )
+    if occurrence is None:  # a schedule's connection was checked when the schedule was stored
+        connection_check(
+            tenant_id=tenant_id,
+            name=submission.connection,
+            header_names=submission.headers,
+            field="requestSpec.connection",
         )
     fingerprint = _fingerprint(submission)
     if submission.idempotency_key is not None:
@@ -168,6 +176,7 @@ def _new_call(
         "headers": sealed_headers if sealed_headers is not None else seal_headers(submission.headers),
         "body": submission.body,
         "timeoutMs": submission.timeout_ms,
+        **({"connection": submission.connection} if submission.connection else {}),
     }
     call = ServiceCall(
         service_call_id=new_id(),

@@ -79,6 +79,7 @@ def submission_data(
     due_at: datetime | None = None,
     idempotency_key: str | None = None,
     retry_policy: dict[str, Any] | None = None,
+    connection: str | None = None,
 ) -> dict[str, Any]:
     """A submission in the wire shape every edge takes. No due time means due now; `due_in` is
     seconds from now, `due_at` an instant (give one of them)."""
@@ -90,6 +91,8 @@ def submission_data(
         spec["body"] = body
     if timeout_ms is not None:
         spec["timeoutMs"] = timeout_ms
+    if connection is not None:
+        spec["connection"] = connection
     data: dict[str, Any] = {"name": name, "requestSpec": spec, "tags": list(tags)}
     if due_in is not None:
         due_at = datetime.now(UTC) + timedelta(seconds=due_in)
@@ -122,6 +125,7 @@ def make_call(
     idempotency_key: str | None = None,
     retry_policy: dict[str, Any] | None = None,
     correlation_id: str = "test-corr",
+    connection: str | None = None,
 ) -> ServiceCall:
     """A call stored Scheduled as every edge stores one: validation, then service_call_submit.
     Due now unless `due_in` (seconds) or `due_at` says otherwise. Raises ValidationFailed for a
@@ -138,6 +142,7 @@ def make_call(
         due_at=due_at,
         idempotency_key=idempotency_key,
         retry_policy=retry_policy,
+        connection=connection,
     )
     call, _ = service_call_submit(tenant_id=tenant_id, submission=submission, correlation_id=correlation_id)
     return call

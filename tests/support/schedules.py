@@ -55,12 +55,15 @@ def make_schedule(
     end_at: datetime | None = None,
     paused: bool | None = None,
     now: datetime | None = None,
+    connection: str | None = None,
 ) -> Schedule:
     """A schedule stored as every edge stores one (validation, then schedule_create), its first
     call made ahead unless paused. `now` is the clock the service plans from."""
     spec: dict[str, Any] = {"method": method, "url": url}
     if headers is not None:
         spec["headers"] = headers
+    if connection is not None:
+        spec["connection"] = connection
     data: dict[str, Any] = {"name": name, "cron": cron, "requestSpec": spec, "tags": list(tags)}
     if timezone is not None:
         data["timezone"] = timezone

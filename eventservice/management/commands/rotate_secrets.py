@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from delivery.services import subscription_secrets_rotate
+from execution.connections import connection_secrets_rotate
 from execution.signing import signing_secrets_rotate
 from orchestration.services import sealed_values_rotate
 from schedules.services import schedule_sealed_values_rotate
@@ -43,11 +44,14 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Examined {signing.examined} tenants' call signing; {verb} the secrets of {signing.rotated}."
         )
+        connections = connection_secrets_rotate(dry_run=dry_run)
+        self.stdout.write(f"Examined {connections.examined} connections; {verb} the secrets of {connections.rotated}.")
         failed = [
             *(f"call {i}" for i in result.failed or []),
             *(f"schedule {i}" for i in schedules.failed or []),
             *(f"subscription {i}" for i in hooks.failed),
             *(f"call signing of tenant {i}" for i in signing.failed),
+            *(f"connection {i}" for i in connections.failed),
         ]
         if failed:
             shown = ", ".join(failed[:10]) + (" ..." if len(failed) > 10 else "")
