@@ -245,6 +245,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two enums of fields named "kind": an outcome's error kind and a connection's kind.
+    "ENUM_NAME_OVERRIDES": {
+        "ConnectionKindEnum": ["basic", "apiKeyHeader", "oauth2ClientCredentials"],
+        "ErrorKindEnum": "execution.outcomes.ErrorKind",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "eventservice.api.schema.closed_request_bodies",

@@ -1,17 +1,31 @@
-"""Operator admin of the attempt log (read-only, headers shown redacted) and of the tenants' signed
-calls (docs/api.md, "Signed calls"): turned on (the secret shown once), off, or rotated."""
+"""Operator admin of the attempt log (read-only, headers shown redacted), of the tenants' signed
+calls (docs/api.md, "Signed calls"): turned on (the secret shown once), off, or rotated; and of
+their connections (docs/connections.md), whose secrets it never shows."""
 
 from __future__ import annotations
 
 import uuid
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Q
+from django.http import HttpResponseRedirect
 from django.urls import reverse
 
 from core.admin import ShownOnceMixin, headers_table, shown_once_response
+from core.errors import Conflict, ValidationFailed
 from core.ids import short_id
-from execution.models import CallSigning, HttpExecution
+from execution.connections import (
+    CLIENT_AUTH,
+    SECRET,
+    SHOWN,
+    connection_create,
+    connection_delete,
+    connection_update,
+    connection_users,
+    validate_connection,
+)
+from execution.models import CallSigning, Connection, HttpExecution
 from execution.signing import call_signing_set
 from tenants.admin import ReadOnlyAdmin, TenantScopedAdmin
 
@@ -62,6 +76,8 @@ class HttpExecutionAdmin(ReadOnlyAdmin):
         "latency_ms",
         "error_kind",
         "error_message",
+        "connection_name",
+        "earlier_tries",
     )
     readonly_fields = fields
 
@@ -139,3 +155,114 @@ class CallSigningAdmin(ShownOnceMixin, TenantScopedAdmin):
             secret=secret,
             next_url=reverse("admin:execution_callsigning_change", args=[rows[0].pk]),
         )
+
+
+class ConnectionAdminForm(forms.ModelForm):
+    """A connection's fields as the API takes them (execution.connections.validate_connection
+    checks them; its wire-named errors are shown beside the fields). The secret is typed, never
+    shown: empty on a change keeps it."""
+
+    username = forms.CharField(required=False, help_text="basic")
+    headerName = forms.CharField(required=False, label="Header name", help_text="apiKeyHeader")
+    tokenUrl = forms.CharField(required=False, label="Token URL", help_text="oauth2ClientCredentials")
+    clientId = forms.CharField(required=False, label="Client id", help_text="oauth2ClientCredentials")
+    scope = forms.CharField(required=False, help_text="oauth2ClientCredentials, optional")
+    audience = forms.CharField(required=False, help_text="oauth2ClientCredentials, optional")
+    clientAuth = forms.ChoiceField(
+        required=False, label="Client authentication", choices=[("", "—"), *((c, c) for c in CLIENT_AUTH)]
+    )
+    secret_value = forms.CharField(
+        required=False,
+        label="Secret",
+        strip=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="The password, header value or client secret. Stored sealed, never shown; empty keeps it.",
+    )
+
+    class Meta:
+        model = Connection
+        fields = ("tenant", "name", "kind")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            for field, value in self.instance.config.items():
+                if field in self.fields:
+                    self.initial[field] = value
+
+    def clean(self):
+        cleaned = super().clean()
+        existing = self.instance if self.instance.pk else None
+        kind = existing.kind if existing else cleaned.get("kind")
+        if kind not in SHOWN:
+            return cleaned
+        data = {} if existing else {"name": cleaned.get("name"), "kind": kind}
+        for field in (*SHOWN[kind][0], *SHOWN[kind][1]):
+            value = (cleaned.get(field) or "").strip()
+            if value or (existing is None and field in SHOWN[kind][0]):
+                data[field] = value
+        if cleaned.get("secret_value") or existing is None:
+            data[SECRET[kind]] = cleaned.get("secret_value") or ""
+        try:
+            self.checked = validate_connection(data, existing=existing)
+        except ValidationFailed as exc:
+            for field, messages in exc.errors.items():
+                target = "secret_value" if field in SECRET.values() else field
+                self.add_error(target if target in self.fields else None, messages)
+        return cleaned
+
+
+ALL_SHOWN = tuple(dict.fromkeys(field for required, optional in SHOWN.values() for field in (*required, *optional)))
+
+
+@admin.register(Connection)
+class ConnectionAdmin(TenantScopedAdmin):
+    """A tenant's connections (docs/connections.md): made and changed through the same checks as
+    the API; never showing a secret; not deleted while a live call or a schedule names them."""
+
+    form = ConnectionAdminForm
+    list_display = ("name", "tenant", "kind", "secret_updated_at", "updated_at")
+    list_filter = ("kind", ("tenant", admin.RelatedOnlyFieldListFilter))
+    search_fields = ("name",)
+
+    def get_fields(self, request, obj=None):
+        shown = SHOWN[obj.kind][0] + SHOWN[obj.kind][1] if obj else ALL_SHOWN
+        head = ("tenant", "name", "kind") if obj is None else ("tenant", "name", "kind", "secret_updated_at")
+        return (*head, *shown, "secret_value")
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("tenant", "name", "kind", "secret_updated_at") if obj else ()
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            saved = connection_update(tenant_id=obj.tenant_id, name=obj.name, data=form.checked)
+        else:
+            saved = connection_create(tenant_id=obj.tenant_id, data=form.checked)
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    def delete_model(self, request, obj):
+        connection_delete(tenant_id=obj.tenant_id, name=obj.name)
+
+    def delete_queryset(self, request, queryset):
+        for connection in queryset:
+            connection_delete(tenant_id=connection.tenant_id, name=connection.name)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        # What names the connection is said before the confirmation page, not as a failure after it.
+        connection = self.get_object(request, object_id)
+        if connection is not None and self.has_delete_permission(request, connection):
+            users = connection_users(tenant_id=connection.tenant_id, name=connection.name)
+            if users:
+                self.message_user(
+                    request, f"Not deleted: in use by {', '.join(users)}. Cancel or change them first.", level="error"
+                )
+                return HttpResponseRedirect(reverse("admin:execution_connection_change", args=[connection.pk]))
+        return super().delete_view(request, object_id, extra_context)
+
+    def response_action(self, request, queryset):
+        try:
+            return super().response_action(request, queryset)
+        except Conflict as exc:
+            self.message_user(request, f"Stopped: {exc.detail}", level="error")
+            return HttpResponseRedirect(request.get_full_path())

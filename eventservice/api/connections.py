@@ -30,7 +30,9 @@ NAME_PARAM = OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, d
 
 
 class ConnectionSerializer(serializers.Serializer):
-    name = serializers.CharField(help_text="1-64 letters, digits, '.', '_' or '-'; what `requestSpec.connection` names.")
+    name = serializers.CharField(
+        help_text="1-64 letters, digits, '.', '_' or '-'; what `requestSpec.connection` names."
+    )
     kind = serializers.ChoiceField(choices=Kind.values)
     username = serializers.CharField(required=False, help_text="`basic`: the user name.")
     headerName = serializers.CharField(required=False, help_text="`apiKeyHeader`: the header each attempt carries.")

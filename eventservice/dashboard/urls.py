@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 from eventservice.dashboard.views import (
     accounts,
     calls,
+    connections,
     details,
     flow_control,
     request_page,
@@ -33,6 +34,9 @@ urlpatterns = [
     path("calls/<uuid:service_call_id>/rerun", details.call_rerun, name="call-rerun"),
     path("calls/<uuid:service_call_id>/cancel", details.call_cancel, name="call-cancel"),
     path("signing/", signing.signing_page, name="signing"),
+    path("connections/", connections.connections_page, name="connections"),
+    path("connections/<str:name>/", connections.connection_detail, name="connection-detail"),
+    path("connections/<str:name>/delete", connections.connection_delete_view, name="connection-delete"),
     path("subscriptions/", subscriptions.subscriptions_page, name="subscriptions"),
     path("subscriptions/new/", subscriptions.subscription_new, name="subscription-new"),
     path("subscriptions/<uuid:subscription_id>/", subscriptions.subscription_detail, name="subscription-detail"),

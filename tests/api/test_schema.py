@@ -33,6 +33,8 @@ def test_it_serves_a_valid_openapi_3_document(db):
         "/api/tenants/{tenant_id}/events",
         "/api/tenants/{tenant_id}/flow-control",
         "/api/tenants/{tenant_id}/signing",
+        "/api/tenants/{tenant_id}/connections",
+        "/api/tenants/{tenant_id}/connections/{name}",
         "/api/tenants/{tenant_id}/subscriptions",
         "/api/tenants/{tenant_id}/subscriptions/{subscription_id}",
         "/api/tenants/{tenant_id}/subscriptions/{subscription_id}/rotate-secret",

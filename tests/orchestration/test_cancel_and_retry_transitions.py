@@ -144,7 +144,7 @@ def test_a_rerun_keeps_the_retry_policy(world):
             "maxAttempts": 1,
             "minBackoffMs": 2000,
             "maxBackoffMs": 4000,
-            "retryOn": ["HttpError5xx", "Http429", "Timeout", "NetworkError"],
+            "retryOn": ["HttpError5xx", "Http429", "Timeout", "NetworkError", "CredentialError"],
             "retryInterrupted": False,
         }
     )

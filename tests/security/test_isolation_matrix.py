@@ -23,7 +23,8 @@ from django.test import Client
 
 from core.ids import short_id
 from delivery.models import Notification, Subscription
-from execution.models import CallSigning
+from execution.connections import connection_create, validate_connection
+from execution.models import CallSigning, Connection
 from execution.signing import call_signing_set
 from orchestration.models import FlowControl, ServiceCall, ServiceCallTag
 from orchestration.services import CallKey
@@ -45,6 +46,10 @@ ACME_HOOK_ANSWER = "acme-hook-answer-4d1b"
 ACME_SCHEDULE_NAME = "acme-schedule-name-6e2c"
 ACME_SCHEDULE_PATH = "/acme-schedule-path-8f1a"
 ACME_FLOW_HOST = "acme-flow-host-6e2d.example.com"
+ACME_CONNECTION = "acme-connection-5b8e"
+ACME_TOKEN_HOST = "acme-token-host-1c9d.example.com"
+ACME_CLIENT_ID = "acme-client-id-3f6a"
+ACME_CLIENT_SECRET = "acme-client-secret-8d2b"
 PRODUCT_APPS = ["tenants", "orchestration", "timer", "execution", "outbox", "delivery", "schedules", "workers"]
 OBJECT_STATUSES = {301, 302, 303, 400, 401, 403, 404, 405}
 
@@ -85,6 +90,20 @@ def acme(transactional_db, world, http_target) -> Acme:
     make_flow_control("acme", hosts={ACME_FLOW_HOST: {"parallelism": 3}})
     # acme signs its calls (its secret, shown once, must never show again).
     _, signing_secret = call_signing_set(tenant_id="acme", enabled=True)
+    # acme's connection: its token endpoint, client and secret are acme's alone (its name is in
+    # the outsiders' URLs, so pages may echo it back).
+    connection_create(
+        tenant_id="acme",
+        data=validate_connection(
+            {
+                "name": ACME_CONNECTION,
+                "kind": "oauth2ClientCredentials",
+                "tokenUrl": f"https://{ACME_TOKEN_HOST}/token",
+                "clientId": ACME_CLIENT_ID,
+                "clientSecret": ACME_CLIENT_SECRET,
+            }
+        ),
+    )
     return Acme(
         objects=AcmeObjects(
             call=ran.pk,
@@ -93,6 +112,7 @@ def acme(transactional_db, world, http_target) -> Acme:
                 "subscription_id": str(hook.pk),
                 "notification_id": str(deliveries[0].pk),
                 "schedule_id": str(schedule.pk),
+                "name": ACME_CONNECTION,
             },
         ),
         markers=[
@@ -109,6 +129,9 @@ def acme(transactional_db, world, http_target) -> Acme:
             signing_secret,
             ACME_SCHEDULE_NAME,
             ACME_SCHEDULE_PATH,
+            ACME_TOKEN_HOST,
+            ACME_CLIENT_ID,
+            ACME_CLIENT_SECRET,
         ],
     )
 
@@ -177,7 +200,8 @@ def _acme_state() -> tuple:
         .values_list("pk", "name", "cron", "paused", "advance_at", "revision")
     )
     signing = tuple(CallSigning.objects.filter(tenant_id="acme").values_list("enabled", "secret", "updated_at"))
-    return calls, tags, members, keys, events, hooks, deliveries, flow, schedules, signing
+    linked = tuple(Connection.objects.filter(tenant_id="acme").values_list("name", "config", "secret", "version"))
+    return calls, tags, members, keys, events, hooks, deliveries, flow, schedules, signing, linked
 
 
 def test_every_route_can_be_filled_with_acmes_ids(acme):

@@ -35,6 +35,9 @@ SECRETS = {
     "X-Signature": "s3cr3t-signature-G4h8",  # secret only through SECRET_HEADER_PATTERNS
 }
 PATTERNS = ["authorization", "cookie", "token", "secret", "key", "password", "signature"]
+# A connection's header value (docs/connections.md), under a name no pattern calls secret: it is
+# redacted because a connection set it.
+CONNECTION_HEADER = ("X-Partner", "s3cr3t-connection-C6r2")
 
 
 class _Capture(logging.Handler):
@@ -81,7 +84,7 @@ def captured_logs():
 def _leaks(text: str) -> list[str]:
     return [
         value
-        for value in SECRETS.values()
+        for value in (*SECRETS.values(), CONNECTION_HEADER[1])
         if value in text or value.split("=")[-1] in text or value.removeprefix("Bearer ") in text
     ]
 
@@ -133,6 +136,17 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     # the delivery routes and pages below show acme's real deliveries of them.
     make_subscription("acme", name="sweep hook")
     headers = {**SECRETS, "X-Visible": "plain-value-1"}
+    made = api.post(
+        "/api/tenants/acme/connections",
+        content_type="application/json",
+        data={
+            "name": "partner",
+            "kind": "apiKeyHeader",
+            "headerName": CONNECTION_HEADER[0],
+            "headerValue": CONNECTION_HEADER[1],
+        },
+    )
+    assert made.status_code == 201, made.content
     # A recurring schedule with the same headers: its row, and the call it makes ahead for New
     # Year, hold them sealed; its API answers, pages and admin pages are swept below.
     schedule = api.post(
@@ -150,7 +164,13 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
         content_type="application/json",
         data={
             "name": "secret call",
-            "requestSpec": {"method": "POST", "url": http_target.url("/echo"), "headers": headers, "body": {"x": 1}},
+            "requestSpec": {
+                "method": "POST",
+                "url": http_target.url("/echo"),
+                "headers": headers,
+                "body": {"x": 1},
+                "connection": "partner",
+            },
             "tags": ["s"],
         },
     )
@@ -163,6 +183,7 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     received = http_target.requests[-1]["headers"]
     for name, value in SECRETS.items():
         assert received[name] == value
+    assert received[CONNECTION_HEADER[0]] == CONNECTION_HEADER[1]
 
     # A rerun still sends them: sealed values were kept, not lost to redaction.
     rerun = api.post(f"/api/tenants/acme/service-calls/{call_id}/rerun")
@@ -173,7 +194,7 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     wait_for(lambda: not OutboxEvent.objects.filter(published_at__isnull=True).exists(), timeout=10)
 
     # What the API shows.
-    shown = [response.content.decode(), rerun.content.decode(), schedule.content.decode()]
+    shown = [response.content.decode(), rerun.content.decode(), schedule.content.decode(), made.content.decode()]
     for path in (
         f"/api/tenants/acme/service-calls/{call_id}",
         f"/api/tenants/acme/service-calls/{rerun_id}",
@@ -193,7 +214,7 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     owner, admin = Client(), Client()
     owner.force_login(world.owner)
     admin.force_login(user_model.objects.get(username="root"))
-    acme = AcmeObjects(call=call_id, other_call=rerun_id)
+    acme = AcmeObjects(call=call_id, other_call=rerun_id, extra={"name": "partner"})
     routes = all_routes()
     assert len(routes) > 50
     statuses = {}
@@ -218,7 +239,7 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
         file = Path(connection.settings_dict["NAME"] + suffix)
         if file.exists():
             raw = file.read_bytes()
-            assert not [value for value in SECRETS.values() if value.encode() in raw], file
+            assert not [value for value in (*SECRETS.values(), CONNECTION_HEADER[1]) if value.encode() in raw], file
 
     # Nothing in any log line (the engine's, the dispatcher's event log, the API's).
     assert captured_logs.lines, "the capture saw no log line at all"
