@@ -172,3 +172,30 @@ def test_the_signing_secrets_of_webhooks_and_of_signed_calls_are_re_encrypted_to
     Webhook(call_secret).verify(
         "x", request.agent_headers, json_parse=False
     )  # the previous secret's signature is among them
+
+
+def test_the_connections_secrets_are_re_encrypted_and_their_tokens_forgotten(world, settings):
+    """After the command and the old key's removal, each connection still gives its credentials."""
+    from datetime import timedelta
+
+    from core.ids import utcnow
+    from core.secrets import seal_value
+    from execution.connections import connection_create, validate_connection
+    from execution.credentials import credentials_for
+    from execution.models import Connection, ConnectionToken
+
+    settings.FIELD_ENCRYPTION_KEYS = [OLD]
+    data = {"name": "crm", "kind": "apiKeyHeader", "headerName": "X-Key", "headerValue": "conn-444"}
+    connection = connection_create(tenant_id="acme", data=validate_connection(data))
+    now = utcnow()
+    ConnectionToken.objects.create(
+        connection=connection, version=1, token=seal_value("tok"), fetched_at=now, use_until=now + timedelta(hours=1)
+    )
+    settings.FIELD_ENCRYPTION_KEYS = [NEW, OLD]
+    assert "Examined 1 connections; re-encrypted the secrets of 1." in _run()
+    assert not ConnectionToken.objects.exists()
+
+    settings.FIELD_ENCRYPTION_KEYS = [NEW]
+    assert Fernet(NEW.encode()).decrypt(Connection.objects.get().secret[SEALED].encode()) == b"conn-444"
+    [credential] = credentials_for([("acme", "crm")]).values()
+    assert credential.problem is None and credential.value == "conn-444"

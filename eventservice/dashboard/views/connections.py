@@ -62,7 +62,7 @@ def _fields(kind: str, *, posted: dict[str, Any], errors: dict[str, list[str]], 
             "label": LABELS[field][0],
             "hint": LABELS[field][1],
             "secret": field in SECRET_FIELDS,
-            "required": not change and (field in required or field in SECRET_FIELDS),
+            "required": field in required or (not change and field in SECRET_FIELDS),
             "value": "" if field in SECRET_FIELDS else posted.get(field) or "",
             "choices": CLIENT_AUTH if field == "clientAuth" else None,
             "errors": errors.get(field, []),
@@ -72,15 +72,16 @@ def _fields(kind: str, *, posted: dict[str, Any], errors: dict[str, list[str]], 
 
 
 def _posted(request: HttpRequest, kind: str, *, change: bool) -> dict[str, Any]:
-    """The wire shape of what the form sent for `kind`: on a change, only the fields filled in
-    (an empty one keeps what the connection has)."""
-    data: dict[str, Any] = {}
-    for field in KIND_FIELDS.get(kind, ()):
-        value = request.POST.get(field, "")
-        if field not in SECRET_FIELDS:
-            value = value.strip()
-        if value or (not change and field in SHOWN[kind][0]) or (not change and field in SECRET_FIELDS):
-            data[field] = value
+    """The wire shape of what the form sent for `kind`. An optional field left empty is none (on a
+    change: cleared); the secret left empty on a change keeps the one the connection has."""
+    required, optional = SHOWN.get(kind, ((), ()))
+    data: dict[str, Any] = {field: request.POST.get(field, "").strip() for field in required}
+    data.update({field: request.POST.get(field, "").strip() or None for field in optional})
+    if not change:
+        data = {field: value for field, value in data.items() if value is not None}
+    secret = request.POST.get(SECRET[kind], "") if kind in SECRET else ""
+    if secret or (not change and kind in SECRET):
+        data[SECRET[kind]] = secret
     return data
 
 
@@ -142,11 +143,11 @@ def connection_detail(request: HttpRequest, name: str) -> HttpResponse:
     connection = _connection(request, name)
     shown = connection_wire(connection)  # the shown fields, by their wire names
 
-    def context(errors: dict[str, list[str]]) -> dict[str, Any]:
+    def context(errors: dict[str, list[str]], posted: dict[str, Any] | None = None) -> dict[str, Any]:
         return {
             "connection": connection,
             "facts": [(LABELS[f][0], shown[f]) for f in KIND_FIELDS[connection.kind] if f not in SECRET_FIELDS],
-            "fields": _fields(connection.kind, posted={}, errors=errors, change=True),
+            "fields": _fields(connection.kind, posted=posted or shown, errors=errors, change=True),
             "errors": errors,
         }
 
@@ -158,7 +159,7 @@ def connection_detail(request: HttpRequest, name: str) -> HttpResponse:
             tenant_id=request.tenant.id, name=name, data=validate_connection(data, existing=connection)
         )
     except ValidationFailed as exc:
-        return render(request, "dashboard/connection_detail.html", context(exc.errors), status=400)
+        return render(request, "dashboard/connection_detail.html", context(exc.errors, data), status=400)
     rotated = " Its new secret is used from the next attempt." if SECRET[connection.kind] in data else ""
     messages.success(request, f"Connection “{connection.name}” changed.{rotated}")
     return HttpResponseRedirect(_detail_url(connection))
