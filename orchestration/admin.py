@@ -12,7 +12,9 @@ import uuid
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.db.models import Count, Prefetch, Q
+from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 
 from core.errors import Conflict, ValidationFailed
@@ -25,6 +27,8 @@ from orchestration.flow import UNLIMITED, validate_flow_control
 from orchestration.models import FlowControl, ServiceCall, ServiceCallTag
 from orchestration.representation import outcome_representation
 from orchestration.services import public_request_spec, service_call_cancel, service_call_rerun
+from orchestration.services.bulk import service_calls_bulk
+from orchestration.validation import validate_tags
 from outbox.models import OutboxEvent
 from tenants.admin import ReadOnlyAdmin, ReadOnlyInline, TenantScopedAdmin, visible_tenant_ids
 from timer.models import TimerSchedule
@@ -145,7 +149,7 @@ class ServiceCallAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
     inlines = [TagInline, TimerInline, AttemptInline]
-    actions = ["run_again", "cancel"]
+    actions = ["run_again", "cancel", "add_tag", "remove_tag"]
 
     def get_queryset(self, request):
         return (
@@ -290,6 +294,63 @@ class ServiceCallAdmin(ReadOnlyAdmin):
                 f"Not cancelled, no longer Scheduled: {', '.join(refused)}.",
                 messages.WARNING,
             )
+
+    @admin.action(description="Add a tag", permissions=["cancel"])
+    def add_tag(self, request, queryset):
+        return self._tag_action(request, queryset, "addTags")
+
+    @admin.action(description="Remove a tag", permissions=["cancel"])
+    def remove_tag(self, request, queryset):
+        return self._tag_action(request, queryset, "removeTags")
+
+    def _tag_action(self, request, queryset, action: str):
+        """A tag added to or removed from the selected calls (all those a filter matches, with
+        "Select all"), each an ordinary tag change with its event, as the API's bulk action does
+        (orchestration.services.bulk). First a page that asks for the tag."""
+        verb = "add" if action == "addTags" else "remove"
+        tag = request.POST.get("tag", "") if "apply" in request.POST else None
+        errors: list[str] = []
+        if tag is not None:
+            try:
+                tags = validate_tags([tag.strip()]) if tag.strip() else []
+                if not tags:
+                    raise ValidationFailed({"tags": ["A tag is required."]})
+            except ValidationFailed as exc:
+                errors = [message for found in exc.errors.values() for message in found]
+            else:
+                changed = matched = 0
+                for tenant_id in queryset.values_list("tenant_id", flat=True).distinct().order_by():
+                    try:
+                        result = service_calls_bulk(
+                            tenant_id=tenant_id,
+                            calls=queryset.filter(tenant_id=tenant_id),
+                            action=action,
+                            tags=tags,
+                            dry_run=False,
+                            correlation_id=getattr(request, "correlation_id", None) or str(new_id()),
+                        )
+                    except ValidationFailed as exc:
+                        self.message_user(request, " ".join(exc.errors.get("filter", [exc.detail])), messages.ERROR)
+                        return None
+                    changed, matched = changed + result.changed, matched + result.matched
+                done = "added to" if action == "addTags" else "removed from"
+                self.message_user(request, f"Tag {tags[0]!r} {done} {changed} of {matched} call(s).", messages.SUCCESS)
+                return None
+        return TemplateResponse(
+            request,
+            "admin/tag_action.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"{verb.capitalize()} a tag",
+                "verb": verb,
+                "action": request.POST.get("action"),
+                "selected": request.POST.getlist(ACTION_CHECKBOX_NAME),
+                "select_across": request.POST.get("select_across", "0"),
+                "count": queryset.count(),
+                "errors": errors,
+                "opts": self.model._meta,
+            },
+        )
 
 
 class FlowControlForm(forms.ModelForm):

@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from eventservice.dashboard.views import (
     accounts,
+    bulk,
     calls,
     connections,
     details,
@@ -26,6 +27,7 @@ urlpatterns = [
     path("tenant/", accounts.switch_tenant, name="switch-tenant"),
     path("calls/", calls.calls_page, name="calls"),
     path("calls/live", calls.calls_live, name="calls-live"),
+    path("calls/bulk", bulk.calls_bulk, name="calls-bulk"),
     path("calls/new/", request_page.request_page, name="request"),
     path("calls/<uuid:service_call_id>/", details.call_detail, name="call-detail"),
     path("calls/<uuid:service_call_id>/live", details.call_live, name="call-live"),

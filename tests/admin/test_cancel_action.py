@@ -61,3 +61,24 @@ def test_the_change_page_shows_the_attempt_and_the_retry_policy(admin_client, wo
     assert "0 of 4" in html and "maxBackoffMs" in html
     listing = admin_client.get(CHANGELIST).content.decode()
     assert "0 of 4" in listing
+
+
+def test_a_tag_is_added_to_and_removed_from_the_selected_calls_each_with_its_event(admin_client, world):
+    from orchestration.selectors import tags_of
+
+    first, second = make_call("acme", name="a"), make_call("globex", name="b", tags=["keep"])
+    selected = [str(first.pk), str(second.pk)]
+    asked = admin_client.post(CHANGELIST, {"action": "add_tag", "_selected_action": selected})
+    assert asked.status_code == 200 and 'name="tag"' in asked.content.decode()  # the tag asked for first
+    refused = admin_client.post(
+        CHANGELIST, {"action": "add_tag", "_selected_action": selected, "tag": "two words", "apply": "1"}
+    )
+    assert "without whitespace" in refused.content.decode() and tags_of(ServiceCall.objects.get(pk=first.pk)) == []
+    done = admin_client.post(
+        CHANGELIST, {"action": "add_tag", "_selected_action": selected, "tag": "audited", "apply": "1"}, follow=True
+    )
+    assert "Tag &#x27;audited&#x27; added to 2 of 2 call(s)." in done.content.decode()
+    assert sorted(tags_of(ServiceCall.objects.get(pk=second.pk))) == ["audited", "keep"]
+    assert OutboxEvent.objects.filter(aggregate_id=first.pk, event_type=OutboxEvent.Type.TAGGED).count() == 1
+    admin_client.post(CHANGELIST, {"action": "remove_tag", "_selected_action": selected, "tag": "audited", "apply": "1"})
+    assert tags_of(ServiceCall.objects.get(pk=second.pk)) == ["keep"]

@@ -53,3 +53,21 @@ def test_the_request_page_sends_a_retry_policy(page, world):
     call = ServiceCall.objects.get(name="With retries")
     assert call.retry_policy["maxAttempts"] == 5 and call.retry_policy["minBackoffMs"] == 2000
     assert call.retry_policy["retryOn"] == ["HttpError5xx", "Http429", "Timeout"]
+
+
+def test_every_call_the_filters_match_is_cancelled_after_a_confirm_step(page, world):
+    nightly = [make_call("acme", name=f"Nightly {i}", tags=["nightly"], due_in=HOUR) for i in range(3)]
+    other = make_call("acme", name="Other", due_in=HOUR)
+    log_in(page, "owner", "pw-owner-123")
+    page.goto("/calls/?tag=nightly")
+    page.locator("#bulk-actions summary").click()
+    page.get_by_label("Action").select_option("cancel")
+    page.get_by_role("button", name="Review…").click()
+    expect(page.locator("#bulk-count")).to_contain_text("3 calls match these filters")
+    screenshot(page, "calls-bulk-confirm")
+    assert ServiceCall.objects.filter(status="Cancelled").count() == 0  # reviewing is not cancelling
+    page.get_by_role("button", name="Cancel them").click()
+    expect(page.locator(".messages")).to_contain_text("3 of 3 calls cancelled")
+    assert page.url.endswith("/calls/?tag=nightly")
+    assert {c.status for c in ServiceCall.objects.filter(pk__in=[c.pk for c in nightly])} == {"Cancelled"}
+    assert ServiceCall.objects.get(pk=other.pk).status == "Scheduled"
