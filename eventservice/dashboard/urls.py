@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from eventservice.dashboard.views import (
     accounts,
+    batch,
     bulk,
     calls,
     connections,
@@ -29,6 +30,7 @@ urlpatterns = [
     path("calls/live", calls.calls_live, name="calls-live"),
     path("calls/bulk", bulk.calls_bulk, name="calls-bulk"),
     path("calls/new/", request_page.request_page, name="request"),
+    path("calls/batch/", batch.batch_page, name="batch"),
     path("calls/<uuid:service_call_id>/", details.call_detail, name="call-detail"),
     path("calls/<uuid:service_call_id>/live", details.call_live, name="call-live"),
     path("calls/<uuid:service_call_id>/tags", details.call_tags, name="call-tags"),
