@@ -30,10 +30,11 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from oauthlib.oauth2 import BackendApplicationClient, OAuth2Error
 
+from core.db import pool_release
 from core.ids import utcnow
 from core.secrets import SecretUnavailable, seal_value, unseal_value
 from execution.connections import Kind, header_set_by
@@ -47,8 +48,10 @@ from execution.wire import HttpRequest
 # at most (and until a 401).
 TOKEN_MARGIN = timedelta(seconds=30)
 TOKEN_UNSTATED_LIFE = timedelta(hours=1)
-# How long the token endpoint has to answer.
+# How long the token endpoint has to answer, and how much of its answer is read (a token with
+# many claims is several KiB, more than an attempt's snippet).
 TOKEN_TIMEOUT_MS = 10_000
+TOKEN_ANSWER_BYTES = 64 * 1024
 # What the attempt log shows for the header an OAuth2 connection sets before the token is known.
 PENDING = "Bearer (fetched when sent)"
 
@@ -108,6 +111,8 @@ def credentials_for(wanted: Iterable[tuple[str, str]]) -> dict[tuple[str, str], 
 def with_credential(request: HttpRequest, credential: Credential) -> HttpRequest:
     """`request` carrying the connection's header (the agent's own: it replaces none of the
     caller's, which may not set it). An OAuth2 connection's header is set when sent."""
+    if credential.problem is not None:
+        return replace(request, credential=credential)
     value = credential.value if credential.config is None else PENDING
     secrets = (credential.value, credential.value.split(" ", 1)[-1]) if credential.value else ()
     return replace(
@@ -176,7 +181,7 @@ def fetch_token(credential: Credential) -> tuple[str, datetime]:
         method="POST", url=config["tokenUrl"], headers=headers, body=body, timeout_ms=TOKEN_TIMEOUT_MS
     )
     asked = utcnow()
-    outcome = perform(replace(request, secrets=(credential.client_secret or "",)))
+    outcome = perform(replace(request, secrets=(credential.client_secret or "",)), keep_bytes=TOKEN_ANSWER_BYTES)
     where = f"connection {credential.name!r}: the token endpoint"
     if outcome.status is None:
         raise CredentialFailure(f"{where} gave no answer ({outcome.error_kind}: {outcome.error_message})")
@@ -201,7 +206,10 @@ def fetch_token(credential: Credential) -> tuple[str, datetime]:
 
 class _Tokens:
     """The tokens of this process, in front of the shared `connection_tokens`: one fetch at a
-    time per connection in this process (the other threads wait for its token)."""
+    time per connection in this process (the other threads wait for its token). It is read and
+    written from the engine's execution threads, which otherwise use no database connection: each
+    gives its pooled connection back at once (core.db.pool_release), and a database that does not
+    answer only costs a fetch."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -213,9 +221,14 @@ class _Tokens:
         held = self._held.get(credential.connection_id)
         if held and held[0] == credential.version and held[2] > now and held[1] != not_this:
             return held[1]
-        row = ConnectionToken.objects.filter(
-            connection_id=credential.connection_id, version=credential.version, use_until__gt=now
-        ).first()
+        try:
+            row = ConnectionToken.objects.filter(
+                connection_id=credential.connection_id, version=credential.version, use_until__gt=now
+            ).first()
+        except DatabaseError:  # the database away (or no pooled connection free): fetch one
+            return None
+        finally:
+            pool_release()
         if row is None:
             return None
         try:
@@ -259,10 +272,12 @@ class _Tokens:
                         "use_until": use_until,
                     },
                 )
-        except (IntegrityError, DatabaseError):
+        except DatabaseError:
             # The connection was deleted meanwhile, or the database is away: the token is good,
             # this process uses it, and the next fetch stores one.
             pass
+        finally:
+            pool_release()
         return token
 
     def forget(self) -> None:

@@ -156,8 +156,9 @@ _deadlines = _DeadlineWatch()
 # --- The attempt --------------------------------------------------------------------------
 
 
-def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outcome:
-    """Send the request once and describe what happened. Never raises."""
+def perform(request: HttpRequest, *, policy: EgressPolicy | None = None, keep_bytes: int | None = None) -> Outcome:
+    """Send the request once and describe what happened. Never raises. The answer's body is kept
+    up to RESPONSE_BODY_SNIPPET_BYTES, or `keep_bytes` (an OAuth2 token answer, read whole)."""
     if connection.in_atomic_block:
         raise RuntimeError("no HTTP request inside a database transaction (docs/architecture.md)")
     started = time.monotonic()
@@ -200,7 +201,7 @@ def perform(request: HttpRequest, *, policy: EgressPolicy | None = None) -> Outc
         response = _send(wire_for(request), deadline=deadline, expired=expired)
         if expired.is_set():  # the headers may have been cut short by the deadline
             raise _DeadlineExceeded
-        snippet_bytes, truncated, consumed = _read_capped(response, deadline, expired)
+        snippet_bytes, truncated, consumed = _read_capped(response, deadline, expired, keep_bytes)
     except EgressDenied as exc:
         return failure(ErrorKind.EGRESS_DENIED, str(exc))
     except _DeadlineExceeded:
@@ -308,12 +309,14 @@ def _peer_closed(exc: BaseException) -> bool:
     return any(isinstance(c, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)) for c in causes)
 
 
-def _read_capped(response: HTTPResponse, deadline: float, expired: threading.Event) -> tuple[bytes, bool, bool]:
+def _read_capped(
+    response: HTTPResponse, deadline: float, expired: threading.Event, keep_bytes: int | None = None
+) -> tuple[bytes, bool, bool]:
     """Read the body, after decompression, up to RESPONSE_BODY_MAX_BYTES and within the
     whole-attempt deadline. Only the snippet is kept: memory stays one chunk plus the
     snippet, whatever the cap. Returns (snippet, truncated, read to its end)."""
     cap = settings.RESPONSE_BODY_MAX_BYTES
-    keep = settings.RESPONSE_BODY_SNIPPET_BYTES
+    keep = settings.RESPONSE_BODY_SNIPPET_BYTES if keep_bytes is None else min(keep_bytes, cap)
     snippet = bytearray()
     size = 0
     for chunk in _body_chunks(response):

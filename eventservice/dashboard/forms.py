@@ -27,6 +27,7 @@ WIRE_FIELDS = {
     "requestSpec.headers": "headers",
     "requestSpec.body": "body",
     "requestSpec.timeoutMs": "timeout_ms",
+    "requestSpec.connection": "connection",
     "dueAt": "due_local",
     "tags": "tags",
     "retryPolicy": "max_attempts",
@@ -51,6 +52,7 @@ PAGE_WORDS = {
     "requestSpec.body": "The body",
     "requestSpec.timeoutMs": "Timeout (ms)",
     "timeoutMs": "Timeout (ms)",
+    "requestSpec.connection": "Connection",
     "dueAt": "Due time",
     "tags": "Tags",
     "idempotencyKey": "The form's submission key",
@@ -168,6 +170,12 @@ class RequestForm(forms.Form):
         max_value=MAX_TIMEOUT_MS,
         widget=forms.NumberInput(attrs={"placeholder": "30000"}),
     )
+    connection = forms.CharField(
+        required=False,
+        strip=True,
+        help_text="One of your connections: each attempt carries its credentials (docs/connections.md).",
+        widget=forms.TextInput(attrs={"list": "connection-names", "autocomplete": "off", "spellcheck": "false"}),
+    )
     # The retry policy (docs/retries.md): sent only when attempts > 1; bounds are checked by
     # orchestration.retries, whose messages the page shows under these fields.
     max_attempts = forms.IntegerField(
@@ -247,6 +255,7 @@ class RequestForm(forms.Form):
             "tags": " ".join(tags),
             "when": cls.When.NOW,
             "timeout_ms": timeout if timeout != settings.EXECUTION_TIMEOUT_MS else None,
+            "connection": spec.get("connection") or "",
             "idempotency_key": cls.new_idempotency_key(),
         }
         if policy := call.retry_policy:
@@ -259,7 +268,15 @@ class RequestForm(forms.Form):
             )
         return cls(initial=initial, header_rows=rows, secret_names=secrets)
 
-    ADVANCED = ("timeout_ms", "max_attempts", "min_backoff_ms", "max_backoff_ms", "retry_on", "retry_interrupted")
+    ADVANCED = (
+        "timeout_ms",
+        "connection",
+        "max_attempts",
+        "min_backoff_ms",
+        "max_backoff_ms",
+        "retry_on",
+        "retry_interrupted",
+    )
 
     @property
     def advanced_open(self) -> bool:
@@ -352,6 +369,8 @@ class RequestForm(forms.Form):
         }
         if cleaned.get("timeout_ms") is not None:
             spec["timeoutMs"] = cleaned["timeout_ms"]
+        if cleaned.get("connection"):
+            spec["connection"] = cleaned["connection"]
         data: dict[str, Any] = {
             "name": cleaned.get("name") or "",
             "requestSpec": spec,

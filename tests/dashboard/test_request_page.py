@@ -130,3 +130,27 @@ def test_every_mistake_is_shown_at_once(owner_client, world):
     errors = response.context["form"].errors
     assert {"name", "url", "body", "due_local"} <= set(errors), errors
     assert not ServiceCall.objects.exists()
+
+
+def test_a_connection_is_chosen_by_name_refused_when_unknown_and_kept_by_a_copy(owner_client, world):
+    from execution.connections import connection_create, validate_connection
+
+    data = {"name": "crm", "kind": "apiKeyHeader", "headerName": "X-Key", "headerValue": "v-1"}
+    connection_create(tenant_id="acme", data=validate_connection(data))
+    page = owner_client.get("/calls/new/").content.decode()
+    assert '<datalist id="connection-names"><option value="crm">' in page
+
+    unknown = owner_client.post("/calls/new/", _form(connection="nope", idempotency_key="k-conn-0"))
+    assert unknown.status_code == 400 and "No connection named" in unknown.context["form"].errors["connection"][0]
+    clash = owner_client.post(
+        "/calls/new/",
+        _form(connection="crm", header_name=["X-Key"], header_value=["mine"], idempotency_key="k-conn-1"),
+    )
+    assert clash.status_code == 400 and "set by connection" in " ".join(clash.context["form"].errors["headers"])
+    assert not ServiceCall.objects.exists()
+
+    assert owner_client.post("/calls/new/", _form(connection="crm", idempotency_key="k-conn-2")).status_code == 200
+    call = ServiceCall.objects.get()
+    assert call.request_spec["connection"] == "crm"
+    copy = owner_client.get(f"/calls/new/?from={call.pk}")
+    assert copy.context["form"]["connection"].value() == "crm"

@@ -169,3 +169,16 @@ def test_another_tenants_schedule_is_404_on_every_page(outsider_client, world):
 def test_the_nav_links_the_schedules_page(owner_client, world):
     html = owner_client.get("/schedules/").content.decode()
     assert '<a href="/schedules/" aria-current="page">Schedules</a>' in html
+
+
+def test_a_schedule_names_a_connection_and_an_unknown_one_is_said_beside_its_field(owner_client, world):
+    from execution.connections import connection_create, validate_connection
+    from schedules.models import Schedule
+
+    data = {"name": "crm", "kind": "basic", "username": "agent", "password": "pw"}
+    connection_create(tenant_id="acme", data=validate_connection(data))
+    assert "connection-names" in owner_client.get("/schedules/new/").content.decode()
+    refused = owner_client.post("/schedules/new/", _form(connection="nope"))
+    assert refused.status_code == 400 and refused.context["form"].errors["connection"]
+    owner_client.post("/schedules/new/", _form(connection="crm", header_name=["X-Job"], header_value=["export"]))
+    assert Schedule.objects.get().request_spec["connection"] == "crm"

@@ -83,5 +83,6 @@ def test_the_documented_figures_are_the_codes():
     assert credentials.TOKEN_MARGIN.total_seconds() == 30 and "30 seconds before its" in text
     assert credentials.TOKEN_UNSTATED_LIFE.total_seconds() == 3600 and "for an\n  hour at most" in text
     assert credentials.TOKEN_TIMEOUT_MS == 10_000 and "10 seconds to answer" in text
+    assert credentials.TOKEN_ANSWER_BYTES == 64 * 1024 and "64 KiB at most for its answer" in text
     assert f"A tenant has at most {connections.MAX_CONNECTIONS}." in text
     assert connections.CLIENT_AUTH == ("basic", "body")

@@ -16,6 +16,7 @@ import pytest
 from django.test import Client
 
 from core.secrets import REDACTED
+from execution.credentials import tokens_forget
 from execution.models import Connection, ConnectionToken, HttpExecution
 from orchestration.models import ServiceCall
 from orchestration.services import CallKey
@@ -106,8 +107,6 @@ def test_an_oauth2_connection_fetches_a_token_once_shares_it_and_refreshes_it_af
         # A token that expires is not used after it: a short-lived one is fetched anew.
         auth.expires_in = 2
         ConnectionToken.objects.all().delete()
-        from execution.credentials import tokens_forget
-
         tokens_forget()
         run(make_call(url=auth.url(), connection="billing"))
         fetched = len(auth.token_requests)
@@ -159,6 +158,20 @@ def test_a_token_endpoint_that_is_down_fails_the_attempt_with_credential_error_r
             content_type="application/json",
         )
         assert run(make_call(url=auth.url(), connection="billing")).status == "Succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_of_many_kib_is_read_whole_and_one_past_the_bound_is_a_credential_error(world):
+    with oauth_world() as auth:
+        assert create(api(world.acme_key), "acme", oauth_connection(auth)).status_code == 201
+        auth.token_padding = 20_000
+        assert run(make_call(url=auth.url(), connection="billing")).status == "Succeeded"
+        assert len(auth.received[-1]["headers"]["Authorization"]) > 20_000
+        ConnectionToken.objects.all().delete()
+        tokens_forget()
+        auth.token_padding = 70_000
+        failed = run(make_call(url=auth.url(), connection="billing"))
+        assert failed.error_kind == "CredentialError" and "too long" in failed.outcome_meta["errorMeta"]["message"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -249,6 +262,16 @@ def test_a_connection_in_use_is_not_deleted_and_a_deleted_one_fails_the_attempt(
                 "clientAuth": "jwt",
             },
             "clientAuth",
+        ),
+        (
+            {
+                "name": "x",
+                "kind": "oauth2ClientCredentials",
+                "tokenUrl": "http://169.254.169.254/latest/meta-data/",
+                "clientId": "c",
+                "clientSecret": "s",
+            },
+            "tokenUrl",
         ),
         ([1], "body"),
     ],

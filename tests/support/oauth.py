@@ -24,6 +24,7 @@ class OAuthWorld:
     client_secret: str = "cs-0a7f9c"
     expires_in: int | None = 3600
     down: bool = False
+    token_padding: int = 0  # characters added to each token (a JWT with many claims is several KiB)
     token_port: int = 0
     target_port: int = 0
     issued: dict[str, float] = field(default_factory=dict)  # token -> expiry (monotonic)
@@ -85,7 +86,7 @@ def oauth_world() -> Iterator[OAuthWorld]:
             if (client_id, secret) != (world.client_id, world.client_secret):
                 return self._answer(401, {"error": "invalid_client", "error_description": "Unknown client."})
             with world.lock:
-                token = f"tok-{len(world.issued) + 1}-{time.monotonic_ns() % 100000}"
+                token = f"tok-{len(world.issued) + 1}-{time.monotonic_ns() % 100000}" + "x" * world.token_padding
                 world.issued[token] = time.monotonic() + (world.expires_in or 3600)
             answer = {"access_token": token, "token_type": "Bearer"}
             if world.expires_in is not None:

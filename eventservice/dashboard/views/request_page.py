@@ -12,6 +12,7 @@ from core.errors import Conflict, NotFound, ValidationFailed
 from eventservice.api.throttles import SubmissionThrottle, page_over_ceiling
 from eventservice.dashboard.forms import RequestForm
 from eventservice.dashboard.tenancy import tenant_required
+from execution.connections import connections_list
 from orchestration.models import FAVORITE_TAG, ServiceCall
 from orchestration.selectors import service_call_get, tags_of
 from orchestration.services import service_call_submit
@@ -41,6 +42,7 @@ def request_page(request: HttpRequest) -> HttpResponse:
     else:
         form = RequestForm(initial={"idempotency_key": RequestForm.new_idempotency_key()})
     status = 400 if request.method == "POST" and call is None else 200
+    context["connection_names"] = [c.name for c in connections_list(tenant_id=request.tenant.id)]
     return render(request, "dashboard/request.html", {**context, "form": form, "call": call}, status=status)
 
 

@@ -24,6 +24,7 @@ from core.ids import utcnow
 from eventservice.dashboard.forms import WIRE_FIELDS as REQUEST_WIRE_FIELDS
 from eventservice.dashboard.forms import RequestForm, page_message
 from eventservice.dashboard.tenancy import tenant_required
+from execution.connections import connections_list
 from orchestration.services import public_request_spec
 from schedules.cron import CronError, next_occurrences, parse_cron, parse_zone, zone_names
 from schedules.models import Schedule
@@ -198,6 +199,7 @@ def _new_page(request: HttpRequest, form: ScheduleForm, *, status: int = 200) ->
         "zone_names": sorted(zone_names()),
         "preview": _preview(form) if form.is_bound else [],
         "preview_url": reverse("api:schedule-preview", kwargs={"tenant_id": request.tenant.id}),
+        "connection_names": [c.name for c in connections_list(tenant_id=request.tenant.id)],
     }
     return render(request, "dashboard/schedule_new.html", context, status=status)
 
