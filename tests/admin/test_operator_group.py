@@ -46,7 +46,7 @@ VISIBLE = {
 }
 ACTIONS = {
     "tenants.apikey": {"revoke"},
-    "orchestration.servicecall": {"run_again", "cancel"},
+    "orchestration.servicecall": {"run_again", "cancel", "add_tag", "remove_tag"},
     "schedules.schedule": {"pause", "resume"},
     "outbox.outboxevent": {"publish_again"},
     "delivery.notification": {"resend_now", "recover"},
