@@ -32,6 +32,9 @@ from tenants.models import Tenant
 
 Kind = Connection.Kind
 
+# Lone UTF-16 surrogates (a JSON "\ud800"): no encoder takes them, not the sealing of a secret
+# nor the Basic header's encoding.
+UNPAIRED = frozenset({"Cs"})
 # A name goes in URLs (/connections/<name>) and in request specs: letters, digits, ".", "_", "-".
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 NAME_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
@@ -79,8 +82,8 @@ def _text(value: Any, field: str, errors: dict[str, list[str]], *, required: boo
         errors[field] = ["Required: a non-empty string." if required else "A non-empty string, or null."]
     elif len(value) > limit:
         errors[field] = [f"At most {limit} characters."]
-    elif (ch := first_of(value, NOT_VISIBLE if field != "scope" else CONTROL)) is not None:
-        errors[field] = [f"Must not contain whitespace, control or invisible characters (U+{ord(ch):04X})."]
+    elif (ch := first_of(value, (NOT_VISIBLE if field != "scope" else CONTROL) | UNPAIRED)) is not None:
+        errors[field] = [f"Must not contain whitespace, control, invisible or unpaired characters (U+{ord(ch):04X})."]
     return value
 
 
@@ -92,8 +95,10 @@ def _config_field(kind: str, field: str, value: Any, errors: dict[str, list[str]
             errors[field] = ["A user name may not contain ':' (RFC 7617)."]
     elif field == "headerName":
         problem = header_name_error(value)
-        if problem is None and header_key(value) in {"host", "content-type"}:
-            problem = f"Header {value!r} is not a credential."
+        if problem is None and (
+            header_key(value) in {"host", "content-type"} or header_key(value).startswith("webhook-")
+        ):
+            problem = f"Header {value!r} is not a credential (the agent's signed calls set the webhook-* headers)."
         if problem is not None:
             errors[field] = [problem]
     elif field == "tokenUrl":
@@ -120,8 +125,8 @@ def _secret_problem(kind: str, value: Any) -> str | None:
         return f"At most {MAX_SECRET} characters."
     if kind == Kind.API_KEY_HEADER:
         return header_value_error("headerValue", value)
-    if (ch := first_of(value, CONTROL)) is not None:
-        return f"Must not contain control characters (U+{ord(ch):04X})."
+    if (ch := first_of(value, CONTROL | UNPAIRED)) is not None:
+        return f"Must not contain control or unpaired surrogate characters (U+{ord(ch):04X})."
     return None
 
 
@@ -156,6 +161,11 @@ def validate_connection(data: Any, *, existing: Connection | None = None) -> Con
         elif existing is None and field == "clientAuth":
             config[field] = "basic"
     secret = data.get(SECRET[kind])
+    # The client secret goes wherever the token URL says: a new URL takes the secret anew, so that
+    # who may change a connection cannot send its stored secret somewhere else.
+    moved = existing is not None and "tokenUrl" in config and config["tokenUrl"] != existing.config.get("tokenUrl")
+    if moved and SECRET[kind] not in data:
+        errors["clientSecret"] = ["Give the client secret again with a new tokenUrl."]
     if (SECRET[kind] in data or existing is None) and (problem := _secret_problem(kind, secret)) is not None:
         errors[SECRET[kind]] = [problem]
     if errors:

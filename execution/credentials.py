@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import threading
+import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -30,7 +32,8 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
-from django.db import DatabaseError, transaction
+from django.db import Error as DatabaseError
+from django.db import transaction
 from django.db.models import Q
 from oauthlib.oauth2 import BackendApplicationClient, OAuth2Error
 
@@ -39,6 +42,7 @@ from core.ids import utcnow
 from core.secrets import SecretUnavailable, seal_value, unseal_value
 from execution.connections import Kind, header_set_by
 from execution.http import perform
+from execution.messages import scrub
 from execution.models import Connection, ConnectionToken
 from execution.outcomes import ErrorKind, Outcome
 from execution.wire import HttpRequest
@@ -48,6 +52,9 @@ from execution.wire import HttpRequest
 # at most (and until a 401).
 TOKEN_MARGIN = timedelta(seconds=30)
 TOKEN_UNSTATED_LIFE = timedelta(hours=1)
+TOKEN_LONGEST_LIFE = timedelta(days=1)
+# What a bearer token may be (RFC 6750's b64token, generously: any visible ASCII).
+_TOKEN_TEXT = re.compile(r"[\x21-\x7e]{1,65536}")
 # How long the token endpoint has to answer, and how much of its answer is read (a token with
 # many claims is several KiB, more than an attempt's snippet).
 TOKEN_TIMEOUT_MS = 10_000
@@ -68,6 +75,9 @@ class Credential:
     config: dict[str, Any] | None = None  # oauth2ClientCredentials: the token endpoint and client
     client_secret: str | None = None
     problem: str | None = None  # why it gives no credentials: the attempt fails, nothing sent
+    # What a target must never be seen to echo: the header's value and its parts (a Basic
+    # credential's encoded and decoded pair, the password).
+    secrets: tuple[str, ...] = ()
 
 
 class CredentialFailure(Exception):
@@ -81,10 +91,11 @@ def _credential(connection: Connection) -> Credential:
         return Credential(name=connection.name, problem=f"connection {connection.name!r}: its secret {exc}")
     header = header_set_by(connection.kind, connection.config)
     if connection.kind == Kind.BASIC:
-        pair = f"{connection.config['username']}:{secret}".encode()
-        return Credential(name=connection.name, value="Basic " + base64.b64encode(pair).decode())
+        pair = f"{connection.config['username']}:{secret}"
+        value = "Basic " + base64.b64encode(pair.encode()).decode()
+        return Credential(name=connection.name, value=value, secrets=(value, value[6:], pair, secret))
     if connection.kind == Kind.API_KEY_HEADER:
-        return Credential(name=connection.name, header=header, value=secret)
+        return Credential(name=connection.name, header=header, value=secret, secrets=(secret,))
     return Credential(
         name=connection.name,
         connection_id=connection.connection_id,
@@ -114,28 +125,44 @@ def with_credential(request: HttpRequest, credential: Credential) -> HttpRequest
     if credential.problem is not None:
         return replace(request, credential=credential)
     value = credential.value if credential.config is None else PENDING
-    secrets = (credential.value, credential.value.split(" ", 1)[-1]) if credential.value else ()
     return replace(
         request,
         agent_headers={**request.agent_headers, credential.header: value},
         credential=credential,
-        secrets=(*request.secrets, *secrets),
+        secrets=(
+            *request.secrets,
+            *credential.secrets,
+            *((credential.client_secret,) if credential.client_secret else ()),
+        ),
     )
 
 
 def send(request: HttpRequest) -> Outcome:
     """Send `request` once (execution.http.perform), with its connection's credentials: for an
-    OAuth2 connection a bearer token, fetched again and the request sent once more after a 401."""
+    OAuth2 connection a bearer token, fetched again and the request sent once more after a 401.
+    The token's fetches and both sends share the attempt's one deadline (`timeoutMs`)."""
     credential: Credential | None = request.credential
     if credential is None or (credential.config is None and credential.problem is None):
         return perform(request)
     if credential.problem is not None:
         return Outcome.failure(ErrorKind.CREDENTIAL_ERROR, credential.problem)
+    deadline = time.monotonic() + request.timeout_ms / 1000
+
+    def within(outgoing: HttpRequest) -> HttpRequest | None:
+        left = int((deadline - time.monotonic()) * 1000)
+        return replace(outgoing, timeout_ms=left) if left > 0 else None
+
+    def late() -> Outcome:
+        return Outcome.failure(ErrorKind.TIMEOUT, f"no complete response within {request.timeout_ms} ms")
+
     try:
-        token = _tokens.current(credential)
+        token = _tokens.current(credential, deadline=deadline)
     except CredentialFailure as exc:
         return Outcome.failure(ErrorKind.CREDENTIAL_ERROR, str(exc))
-    first = perform(_bearer(request, token))
+    first_try = within(_bearer(request, token))
+    if first_try is None:
+        return late()
+    first = perform(first_try)
     if first.status != 401:
         return first
     earlier = (
@@ -146,10 +173,12 @@ def send(request: HttpRequest) -> Outcome:
         },
     )
     try:
-        token = _tokens.refresh(credential, stale=token)
+        fresh = _tokens.refresh(credential, stale=token, deadline=deadline)
     except CredentialFailure as exc:
         return replace(Outcome.failure(ErrorKind.CREDENTIAL_ERROR, str(exc)), earlier_tries=earlier)
-    return replace(perform(_bearer(request, token)), earlier_tries=earlier)
+    # The refused token stays among the values scrubbed from what the target answers.
+    second_try = within(_bearer(replace(request, secrets=(*request.secrets, token)), fresh))
+    return replace(perform(second_try) if second_try else late(), earlier_tries=earlier)
 
 
 def _bearer(request: HttpRequest, token: str) -> HttpRequest:
@@ -160,9 +189,10 @@ def _bearer(request: HttpRequest, token: str) -> HttpRequest:
     )
 
 
-def fetch_token(credential: Credential) -> tuple[str, datetime]:
+def fetch_token(credential: Credential, *, deadline: float | None = None) -> tuple[str, datetime]:
     """Ask the connection's token endpoint for a token (the client-credentials grant, RFC 6749
-    §4.4): (the token, until when to use it). Raises CredentialFailure."""
+    §4.4), within TOKEN_TIMEOUT_MS and the attempt's `deadline`: (the token, until when to use
+    it). Raises CredentialFailure."""
     config = credential.config or {}
     client = BackendApplicationClient(config["clientId"])
     extra = {"audience": config["audience"]} if config.get("audience") else {}
@@ -177,31 +207,54 @@ def fetch_token(credential: Credential) -> tuple[str, datetime]:
     if not in_body:  # RFC 6749 §2.3.1: each part form-encoded, then Basic
         pair = f"{quote(config['clientId'], safe='')}:{quote(credential.client_secret or '', safe='')}"
         headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+    where = f"connection {credential.name!r}: the token endpoint"
+    timeout_ms = TOKEN_TIMEOUT_MS
+    if deadline is not None:
+        timeout_ms = min(timeout_ms, int((deadline - time.monotonic()) * 1000))
+        if timeout_ms <= 0:
+            raise CredentialFailure(f"{where} was not asked: the attempt's time ran out")
+    secrets = [credential.client_secret or ""]
     request = HttpRequest(
-        method="POST", url=config["tokenUrl"], headers=headers, body=body, timeout_ms=TOKEN_TIMEOUT_MS
+        method="POST", url=config["tokenUrl"], headers=headers, body=body, timeout_ms=timeout_ms, secrets=tuple(secrets)
     )
     asked = utcnow()
-    outcome = perform(replace(request, secrets=(credential.client_secret or "",)), keep_bytes=TOKEN_ANSWER_BYTES)
-    where = f"connection {credential.name!r}: the token endpoint"
+    outcome = perform(request, keep_bytes=TOKEN_ANSWER_BYTES)
     if outcome.status is None:
         raise CredentialFailure(f"{where} gave no answer ({outcome.error_kind}: {outcome.error_message})")
     if outcome.body_truncated:
         raise CredentialFailure(f"{where} answered {outcome.status} with a body too long to be a token answer")
     try:
         token = client.parse_request_body_response(outcome.body_snippet or "", scope=config.get("scope") or None)
-    except (OAuth2Error, ValueError) as exc:
-        said = f"{exc.error}: {exc.description}" if isinstance(exc, OAuth2Error) else str(exc)
-        raise CredentialFailure(f"{where} answered {outcome.status} without a token ({said[:300]})") from None
+    except Warning as changed:  # another scope than asked for: the token is the endpoint's to give
+        token = getattr(changed, "token", None) or {}
+    except OAuth2Error as exc:
+        said = scrub(f"{exc.error}: {exc.description}", secrets)[:300]
+        raise CredentialFailure(f"{where} answered {outcome.status} without a token ({said})") from None
+    except Exception as exc:  # not a token answer at all (JSON of another shape, a number out of range)
+        said = scrub(f"{type(exc).__name__}: {exc}", secrets)[:300]
+        raise CredentialFailure(f"{where} answered {outcome.status} without a token ({said})") from None
     if not outcome.succeeded:
         raise CredentialFailure(f"{where} answered {outcome.status}")
+    access = token.get("access_token") if isinstance(token, dict) else None
+    if not isinstance(access, str) or not _TOKEN_TEXT.fullmatch(access):
+        raise CredentialFailure(f"{where} answered {outcome.status} without a usable access_token")
     if str(token.get("token_type", "Bearer")).lower() != "bearer":
-        raise CredentialFailure(f"{where} gave a {token.get('token_type')!r} token, not a bearer token")
-    expires_in = token.get("expires_in")
+        raise CredentialFailure(f"{where} gave a {str(token.get('token_type'))[:40]!r} token, not a bearer token")
+    return access, asked + _life(token.get("expires_in"))
+
+
+def _life(expires_in: Any) -> timedelta:
+    """How long to use a token stated to live `expires_in` seconds: until TOKEN_MARGIN before it
+    expires (a tenth of a short life), at most TOKEN_LONGEST_LIFE; TOKEN_UNSTATED_LIFE when the
+    endpoint says nothing (or nonsense); nothing for one already expired (used once, not kept)."""
     try:
-        life = timedelta(seconds=int(expires_in)) if expires_in is not None else TOKEN_UNSTATED_LIFE
-    except (TypeError, ValueError):
-        life = TOKEN_UNSTATED_LIFE
-    return token["access_token"], asked + life - min(TOKEN_MARGIN, life / 10)
+        seconds = min(float(expires_in), TOKEN_LONGEST_LIFE.total_seconds())
+    except (TypeError, ValueError, OverflowError):
+        return TOKEN_UNSTATED_LIFE
+    if seconds != seconds or seconds <= 0:  # NaN, or already expired
+        return timedelta(0)
+    life = timedelta(seconds=seconds)
+    return life - min(TOKEN_MARGIN, life / 10)
 
 
 class _Tokens:
@@ -244,22 +297,24 @@ class _Tokens:
         with self._lock:
             return self._fetching.setdefault(connection_id, threading.Lock())
 
-    def current(self, credential: Credential) -> str:
+    def current(self, credential: Credential, *, deadline: float | None = None) -> str:
         held = self._held.get(credential.connection_id)
         if held and held[0] == credential.version and held[2] > utcnow():
             return held[1]
         with self._fetch_lock(credential.connection_id):
-            return self._usable(credential) or self._fetch(credential)
+            return self._usable(credential) or self._fetch(credential, deadline=deadline)
 
-    def refresh(self, credential: Credential, *, stale: str) -> str:
+    def refresh(self, credential: Credential, *, stale: str, deadline: float | None = None) -> str:
         """A token other than `stale`: one another thread or process fetched meanwhile, or a new one."""
         with self._fetch_lock(credential.connection_id):
             if self._held.get(credential.connection_id, (0, None))[1] == stale:
-                del self._held[credential.connection_id]
-            return self._usable(credential, not_this=stale) or self._fetch(credential)
+                self._held.pop(credential.connection_id, None)
+            return self._usable(credential, not_this=stale) or self._fetch(credential, deadline=deadline)
 
-    def _fetch(self, credential: Credential) -> str:
-        token, use_until = fetch_token(credential)
+    def _fetch(self, credential: Credential, *, deadline: float | None = None) -> str:
+        token, use_until = fetch_token(credential, deadline=deadline)
+        if use_until <= utcnow():  # expired already: used for this attempt, not kept
+            return token
         self._held[credential.connection_id] = (credential.version, token, use_until)
         try:
             with transaction.atomic():

@@ -80,5 +80,7 @@ def test_a_tag_is_added_to_and_removed_from_the_selected_calls_each_with_its_eve
     assert "Tag &#x27;audited&#x27; added to 2 of 2 call(s)." in done.content.decode()
     assert sorted(tags_of(ServiceCall.objects.get(pk=second.pk))) == ["audited", "keep"]
     assert OutboxEvent.objects.filter(aggregate_id=first.pk, event_type=OutboxEvent.Type.TAGGED).count() == 1
-    admin_client.post(CHANGELIST, {"action": "remove_tag", "_selected_action": selected, "tag": "audited", "apply": "1"})
+    admin_client.post(
+        CHANGELIST, {"action": "remove_tag", "_selected_action": selected, "tag": "audited", "apply": "1"}
+    )
     assert tags_of(ServiceCall.objects.get(pk=second.pk)) == ["keep"]

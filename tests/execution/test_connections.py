@@ -192,6 +192,9 @@ def test_basic_and_api_key_connections_set_their_headers_and_never_show_the_secr
         run(make_call(url=auth.url(), connection="crm", headers={"X-Other": "1"}))
         basic, keyed = auth.received
     assert basic["headers"]["Authorization"] == "Basic " + base64.b64encode(b"agent:pw-9z").decode()
+    # The target echoed the credential, encoded and decoded: scrubbed from the stored answer.
+    echoed = ServiceCall.objects.get(pk=HttpExecution.objects.get(connection_name="legacy").service_call_id)
+    assert json.loads(echoed.outcome_meta["errorMeta"]["bodySnippet"])["decoded"] == REDACTED
     assert keyed["headers"]["X-Client"] == "k-77q1" and keyed["headers"]["X-Other"] == "1"
     logged = HttpExecution.objects.get(connection_name="crm")
     assert logged.request_headers["X-Client"] == REDACTED
@@ -320,3 +323,64 @@ def test_calls_and_schedules_name_only_their_tenants_connections_and_leave_its_h
     for change, field in (({"name": "other"}, "name"), ({"kind": "basic"}, "kind"), ({"password": "p"}, "password")):
         answer = acme.patch(CONNECTIONS.format("acme") + "/crm", change, content_type="application/json")
         assert answer.status_code == 400 and field in answer.json()["errors"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broken_or_hostile_token_endpoint_is_a_credential_error_and_another_scope_is_taken(world):
+    with oauth_world() as auth:
+        assert create(api(world.acme_key), "acme", oauth_connection(auth, scope="a")).status_code == 201
+        auth.granted_scope = "a b"  # more than asked for: the endpoint decides
+        assert run(make_call(url=auth.url(), connection="billing")).status == "Succeeded"
+        for answer in (
+            "[1, 2]",
+            '{"access_token": "x", "token_type": "Bearer", "expires_in": 1e400}',
+            '{"access_token": "bad token\r\nX-Injected: 1", "token_type": "Bearer"}',
+            '{"access_token": {"nested": 1}, "token_type": "Bearer"}',
+            '{"access_token": "x", "token_type": "mac"}',
+            "<html>sign in</html>",
+        ):
+            ConnectionToken.objects.all().delete()
+            tokens_forget()
+            auth.answer = answer
+            sent = len(auth.received)
+            failed = run(make_call(url=auth.url(), connection="billing"))
+            assert failed.error_kind == "CredentialError", (answer, failed.outcome_meta)
+            assert len(auth.received) == sent, answer  # nothing went to the target
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_token_fetch_and_the_sends_share_the_attempts_one_deadline(world):
+    with oauth_world() as auth:
+        assert create(api(world.acme_key), "acme", oauth_connection(auth)).status_code == 201
+        auth.delay = 1.5
+        started = time.monotonic()
+        failed = run(make_call(url=auth.url(), connection="billing", timeout_ms=500))
+        assert time.monotonic() - started < 1.4
+        assert failed.error_kind == "CredentialError" and auth.received == []
+
+
+def test_a_new_token_url_takes_the_client_secret_again_and_odd_characters_are_refused(world):
+    client = api(world.acme_key)
+    body = {
+        "name": "billing",
+        "kind": "oauth2ClientCredentials",
+        "tokenUrl": "https://auth.example.com/t",
+        "clientId": "c",
+        "clientSecret": "s",
+    }
+    assert create(client, "acme", body).status_code == 201
+    moved = client.patch(
+        CONNECTIONS.format("acme") + "/billing",
+        {"tokenUrl": "https://evil.example.net/t"},
+        content_type="application/json",
+    )
+    assert moved.status_code == 400 and "clientSecret" in moved.json()["errors"]
+    assert Connection.objects.get().config["tokenUrl"] == "https://auth.example.com/t"
+    for field in ("username", "password"):
+        raw = '{"name": "x", "kind": "basic", "username": "u", "password": "p"}'.replace(
+            f'"{field}": "{field[0]}"', f'"{field}": "\\ud800"'
+        )
+        answer = client.post(CONNECTIONS.format("acme"), raw, content_type="application/json")
+        assert answer.status_code == 400 and field in answer.json()["errors"], answer.content
+    hooked = {"name": "h", "kind": "apiKeyHeader", "headerName": "webhook-signature", "headerValue": "v"}
+    assert "headerName" in create(client, "acme", hooked).json()["errors"]

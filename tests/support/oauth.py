@@ -25,6 +25,9 @@ class OAuthWorld:
     expires_in: int | None = 3600
     down: bool = False
     token_padding: int = 0  # characters added to each token (a JWT with many claims is several KiB)
+    granted_scope: str | None = None  # a scope the answer names (another than asked for, say)
+    answer: str | None = None  # a raw 200 answer instead of a token (a hostile or broken endpoint)
+    delay: float = 0.0  # seconds before the endpoint answers
     token_port: int = 0
     target_port: int = 0
     issued: dict[str, float] = field(default_factory=dict)  # token -> expiry (monotonic)
@@ -79,8 +82,17 @@ def oauth_world() -> Iterator[OAuthWorld]:
                 world.token_requests.append(
                     {"form": form, "client_id": client_id, "secret": secret, "basic": "Authorization" in self.headers}
                 )
+            time.sleep(world.delay)
             if world.down:
                 return self._answer(503, {"error": "temporarily_unavailable"})
+            if world.answer is not None:
+                data = world.answer.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return None
             if form.get("grant_type") != ["client_credentials"]:
                 return self._answer(400, {"error": "unsupported_grant_type"})
             if (client_id, secret) != (world.client_id, world.client_secret):
@@ -91,6 +103,8 @@ def oauth_world() -> Iterator[OAuthWorld]:
             answer = {"access_token": token, "token_type": "Bearer"}
             if world.expires_in is not None:
                 answer["expires_in"] = world.expires_in
+            if world.granted_scope is not None:
+                answer["scope"] = world.granted_scope
             self._answer(200, answer)
 
     class Target(BaseHTTPRequestHandler):
@@ -106,8 +120,12 @@ def oauth_world() -> Iterator[OAuthWorld]:
             ok = world.valid(token)
             with world.lock:
                 world.received.append({"method": self.command, "headers": dict(self.headers), "body": body, "ok": ok})
-            # The answer echoes the request's Authorization, as careless targets do.
-            answer = json.dumps({"you sent": auth}).encode()
+            # The answer echoes the request's Authorization, as careless targets do (a Basic one
+            # decoded too).
+            echo = {"you sent": auth}
+            if auth.startswith("Basic "):
+                echo["decoded"] = base64.b64decode(auth[6:]).decode()
+            answer = json.dumps(echo).encode()
             self.send_response(200 if ok else 401)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(answer)))

@@ -29,6 +29,8 @@ EXAMPLE = {
 
 def _document(request: HttpRequest) -> tuple[object, str]:
     """The batch the form sent (the file when one is chosen, else the text) and its text."""
+    if int(request.META.get("CONTENT_LENGTH") or 0) > 2 * settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+        raise ValidationFailed({"file": [f"Larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."]})
     upload = request.FILES.get("file")
     if upload is not None and upload.size > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
         # What the API takes in one request (MAX_REQUEST_BYTES) is the bound of a file too.
