@@ -92,12 +92,12 @@ FROM (SELECT i, %(start_ms)s + i * %(span_ms)s / %(calls)s AS ms FROM generate_s
 ATTEMPTS = """
 INSERT INTO http_execution_log (execution_id, tenant_id, service_call_id, attempt, state, worker_id, started_at,
     finished_at, request_url, request_method, request_headers, request_body, timeout_ms, response_status,
-    response_headers, response_body, response_body_truncated, latency_ms)
+    response_headers, response_body, response_body_truncated, latency_ms, connection_name)
 SELECT pg_temp.uuid7(ms + 1002, i, 'attempt'), 'bench-' || lpad((i %% %(tenants)s)::text, 4, '0'),
     pg_temp.uuid7(ms, i, 'call'), 1, 'Finished', 'bench-worker', to_timestamp((ms + 1002) / 1000.0),
     to_timestamp((ms + 1032) / 1000.0), 'https://reports.example.com/run/' || (i %% 97), 'POST',
     '{"Content-Type": "application/json"}', '{"report": "daily"}', 10000, 200,
-    '{"Content-Type": "application/json", "Content-Length": "16"}', '{"queued": true}', false, 30
+    '{"Content-Type": "application/json", "Content-Length": "16"}', '{"queued": true}', false, 30, ''
 FROM (SELECT i, %(start_ms)s + i * %(span_ms)s / %(calls)s AS ms FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i) s
 """
 # Event k of call i: made k * 300 ms after the call (the last, Succeeded, after its attempt);

@@ -18,6 +18,9 @@ class OutboxEvent(models.Model):
         TAGGED = "ServiceCallTagged"
         CANCELLED = "ServiceCallCancelled"
         RETRY_SCHEDULED = "ServiceCallRetryScheduled"
+        # A schedule's occurrence that never runs (docs/schedules.md, "Missed occurrences"):
+        # its aggregate is the schedule.
+        OCCURRENCE_SKIPPED = "ScheduleOccurrenceSkipped"
 
     # Publication order is this sequence, per aggregate and overall.
     id = models.BigAutoField(primary_key=True)
@@ -55,6 +58,7 @@ class OutboxEvent(models.Model):
                         "ServiceCallTagged",
                         "ServiceCallCancelled",
                         "ServiceCallRetryScheduled",
+                        "ScheduleOccurrenceSkipped",
                     ]
                 ),
                 name="outbox_event_type_valid",

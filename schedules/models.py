@@ -28,13 +28,19 @@ class Schedule(models.Model):
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
     paused = models.BooleanField(default=False)
+    # Why it is paused, shown wherever the pause shows (empty: no note).
+    paused_note = models.CharField(max_length=500, blank=True, default="")
+    # Missed occurrences no older than this run once each, oldest first; older ones are skipped
+    # (docs/schedules.md, "Missed occurrences").
+    catchup_window_s = models.PositiveIntegerField(default=60)
     created_at = models.DateTimeField()
     # The last change by a user (the loop's progress does not count).
     updated_at = models.DateTimeField()
     # The latest occurrence made into a call: normally the next run, made ahead as Scheduled.
     last_occurrence_at = models.DateTimeField(null=True, blank=True)
-    # Occurrences missed while no worker ran and never run (docs/schedules.md).
+    # Occurrences skipped and never run (docs/schedules.md), in all and by reason.
     skipped_count = models.PositiveIntegerField(default=0)
+    skipped_reasons = JSONField(default=dict, blank=True)
     # When the loop makes the following call: the time of the call made ahead, so that the
     # next one is made as that one comes due. Null: nothing more to make (paused, or past
     # its end).

@@ -16,6 +16,7 @@ from orchestration.representation import service_call_representation
 from orchestration.services import public_request_spec
 from schedules.cron import local_iso, next_occurrences
 from schedules.models import Schedule
+from schedules.validation import duration_text
 
 NEXT_RUNS = 5
 
@@ -90,10 +91,13 @@ def schedule_representation(
         "startAt": iso_ms(schedule.start_at),
         "endAt": iso_ms(schedule.end_at),
         "paused": schedule.paused,
+        "pausedNote": schedule.paused_note or None,
+        "catchupWindow": duration_text(schedule.catchup_window_s),
         "state": schedule_state(schedule, runs),
         "nextRun": run_representation(runs[0], schedule.timezone) if runs else None,
         "lastOccurrenceAt": iso_ms(schedule.last_occurrence_at),
         "skippedCount": schedule.skipped_count,
+        "skippedByReason": dict(schedule.skipped_reasons or {}),
         "createdAt": iso_ms(schedule.created_at),
         "updatedAt": iso_ms(schedule.updated_at),
         "links": schedule_links(schedule, request=request, base_url=base_url),

@@ -9,7 +9,6 @@ from datetime import datetime
 from django.db.models import QuerySet
 
 from core.errors import NotFound
-from execution.selectors import attempts_for_call
 from orchestration.models import ServiceCall
 from orchestration.selectors import service_calls_for_tenant
 from schedules.models import Schedule
@@ -76,18 +75,6 @@ def occurrence_call(
     ).first()
 
 
-def first_start(call: ServiceCall) -> datetime | None:
-    """When the call's first attempt started (a retry replaces the call's own started_at)."""
-    if call.attempts <= 1 and call.started_at is not None:
-        return call.started_at
-    return (
-        attempts_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)
-        .filter(attempt=1)
-        .values_list("started_at", flat=True)
-        .first()
-    ) or call.started_at
-
-
 def schedules_next_advance(*, exclude: Collection[uuid.UUID] = ()) -> datetime | None:
     """When the next schedule's call made ahead comes due (its advance_at), of those not in
     `exclude`: how long the schedules loop may sleep (schedules_advance)."""
@@ -106,3 +93,13 @@ def schedules_using_connection(tenant_id: str, name: str, *, limit: int = 5) -> 
         .values_list("name", "schedule_id")[:limit]
     )
     return [f"schedule {schedule_name!r} ({pk})" for schedule_name, pk in found]
+
+
+def skipped_occurrences_by_reason() -> dict[str, int]:
+    """Every schedule's skipped occurrences, by reason (the /metrics counter): one row a
+    schedule, a tenant having at most MAX_SCHEDULES_PER_TENANT."""
+    totals: dict[str, int] = {}
+    for reasons in Schedule.objects.exclude(skipped_count=0).values_list("skipped_reasons", flat=True):
+        for reason, count in (reasons or {}).items():
+            totals[reason] = totals.get(reason, 0) + int(count)
+    return totals

@@ -24,7 +24,7 @@ from django.db import transaction
 
 from core.db.wakeups import Channel, notify
 from core.errors import Conflict, NotFound, ValidationFailed
-from core.ids import new_id, utcnow
+from core.ids import iso_ms, new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, rotate_sealed, seal_headers
 from execution.connections import connection_check
 from orchestration.models import ServiceCall
@@ -36,18 +36,23 @@ from orchestration.services import (
     service_call_submit,
 )
 from orchestration.validation import Submission
+from outbox.models import OutboxEvent
+from outbox.services import NewEvent, outbox_append
 from schedules.cron import next_occurrences, occurrences
 from schedules.models import Schedule
-from schedules.selectors import first_start, occurrence_call, waiting_calls
-from schedules.validation import ScheduleInput, check_plan
+from schedules.selectors import occurrence_call, waiting_calls
+from schedules.validation import DEFAULT_CATCHUP_WINDOW_S, ScheduleInput, check_plan
 from tenants.models import Tenant
 
 logger = logging.getLogger("serviceagent.schedules")
 
-# An occurrence is missed when the loop finds it more than this far in the past with nothing
-# started for it (docs/schedules.md, "Missed occurrences"); a call that waits no longer than
-# this is simply about to be started by the timer.
-GRACE = timedelta(seconds=60)
+# Missed occurrences run at most this many in a round (the latest within the catch-up window);
+# older ones are skipped.
+CATCHUP_MAX = 1000
+# Skipped occurrences raised as events in a round, at most (the latest); the others are counted.
+SKIPPED_EVENTS_MAX = 1000
+# Why an occurrence was skipped (the event's `reason`, the count's key).
+CATCHUP_REASON = "catchupWindow"
 # Schedules advanced per pass of the loop, at most.
 BATCH = 100
 # Occurrences tried in a row when each one already had a call, cancelled (by a pause or a
@@ -208,6 +213,8 @@ def schedule_create(
             start_at=data.start_at,
             end_at=data.end_at,
             paused=bool(data.paused),
+            paused_note=(data.paused_note or "") if data.paused else "",
+            catchup_window_s=data.catchup_window_s if data.catchup_window_s is not None else DEFAULT_CATCHUP_WINDOW_S,
             created_at=now,
             updated_at=now,
         )
@@ -256,6 +263,14 @@ def schedule_update(
             schedule.retry_policy = data.retry_policy.as_wire() if data.retry_policy else None
         if "paused" in given:
             schedule.paused = bool(data.paused)
+        if "pausedNote" in given:
+            if data.paused_note and not schedule.paused:
+                raise ValidationFailed({"pausedNote": ["A note says why a schedule is paused: pause it too."]})
+            schedule.paused_note = data.paused_note or ""
+        if not schedule.paused:  # a note says why it is paused: a resume clears it
+            schedule.paused_note = ""
+        if "catchupWindow" in given:
+            schedule.catchup_window_s = data.catchup_window_s
         time_changed = (schedule.cron, schedule.timezone, schedule.start_at, schedule.end_at) != before
         if time_changed:
             check_plan(
@@ -278,7 +293,8 @@ def schedule_set_paused(
     correlation_id: str | None = None,
     now: datetime | None = None,
 ) -> Schedule:
-    """Pause (nothing more runs: the call made ahead is cancelled) or resume (planned from now)."""
+    """Pause (nothing more runs: the call made ahead is cancelled) or resume (planned from now;
+    a pause's note goes)."""
     return schedule_update(
         tenant_id=tenant_id,
         schedule_id=schedule_id,
@@ -332,11 +348,11 @@ def schedules_materialize(
     result = MaterializePass()
     for snapshot in due[:limit]:
         try:
-            # Outside the transaction: after a long stop, counting a minutely schedule's
-            # missed occurrences takes a while, and no lock need wait for it.
-            missed, latest = _missed(snapshot, now=now)
+            # Outside the transaction: after a long stop, listing a minutely schedule's missed
+            # occurrences takes a while, and no lock need wait for it.
+            missed = _missed(snapshot, now=now)
             with write_guard(), transaction.atomic():
-                result.advanced += _round(snapshot, now=now, missed=missed, latest=latest)
+                result.advanced += _round(snapshot, now=now, missed=missed)
         except Exception:
             logger.exception(
                 "a schedule's round failed; it is set aside for a while",
@@ -346,20 +362,37 @@ def schedules_materialize(
     return result
 
 
-def _missed(schedule: Schedule, *, now: datetime) -> tuple[int, datetime | None]:
-    """How many occurrences fall after the call made ahead and no later than `now`, and the
-    latest of them: none at all unless the loop fell behind (workers stopped)."""
+@dataclass
+class Missed:
+    """The occurrences after the call made ahead and no later than now (none unless the loop
+    fell behind: the workers were stopped): those within the catch-up window, which run (the
+    latest CATCHUP_MAX of them, oldest first), and those older, skipped."""
+
+    within: list[datetime] = field(default_factory=list)
+    older: int = 0
+    # The instants of the older ones, for their events: the latest SKIPPED_EVENTS_MAX.
+    older_shown: list[datetime] = field(default_factory=list)
+
+
+def _missed(schedule: Schedule, *, now: datetime) -> Missed:
     until = min(now, schedule.end_at) if schedule.end_at else now
-    count, latest = 0, None
+    window_start = now - timedelta(seconds=schedule.catchup_window_s)
+    found = Missed()
     for at in occurrences(schedule.cron, schedule.timezone, after=schedule.advance_at, end_at=until):
-        count, latest = count + 1, at
-    return count, latest
+        if at >= window_start:
+            found.within.append(at)
+        else:
+            found.older += 1
+            found.older_shown.append(at)
+            del found.older_shown[:-SKIPPED_EVENTS_MAX]
+    return found
 
 
-def _round(snapshot: Schedule, *, now: datetime, missed: int, latest: datetime | None) -> int:
-    """Advance one schedule past its call made ahead (x0, due now): make the next occurrence
-    ahead. When later occurrences passed too (the workers were stopped), one of the missed
-    ones runs and the others are skipped and counted (docs/schedules.md, "Missed occurrences").
+def _round(snapshot: Schedule, *, now: datetime, missed: Missed) -> int:
+    """Advance one schedule past its call made ahead (x0, due now) and make the next occurrence
+    ahead. When the workers were stopped, occurrences passed meanwhile: those within the
+    schedule's catch-up window run once each, oldest first; older ones are skipped, each counted
+    and raised as a ScheduleOccurrenceSkipped event (docs/schedules.md, "Missed occurrences").
     Returns 1, or 0 if another loop or a user's change got there first."""
     # skip_locked: another cluster's loop holding it is advancing it; the revision says
     # whether anything changed since `snapshot` was read (then the next pass plans afresh).
@@ -371,55 +404,71 @@ def _round(snapshot: Schedule, *, now: datetime, missed: int, latest: datetime |
     if schedule is None:
         return 0
     x0 = schedule.advance_at
-    skipped = 0
-    if missed:
-        x0_runs, x0_cancelled = _settle(schedule, x0, now=now)
-        skipped += x0_cancelled
-        if x0_runs:
-            skipped += missed
-        else:
-            # The latest missed occurrence runs once, now (its due time has passed).
-            _make(schedule, latest)
-            schedule.last_occurrence_at = latest
-            skipped += missed - 1
+    window_start = now - timedelta(seconds=schedule.catchup_window_s)
+    skipped: list[datetime] = []
+    if x0 < window_start and _cancelled_missed(schedule, x0):
+        skipped.append(x0)
+    runs = missed.within[-CATCHUP_MAX:]
+    beyond = missed.within[: len(missed.within) - len(runs)]
+    for at in runs:  # oldest first: each one due now, started in due order
+        _make(schedule, at)
+        schedule.last_occurrence_at = at
+    older = [*missed.older_shown, *beyond]
+    unshown = missed.older - len(missed.older_shown)
     made = _make_next(schedule, after=max(now, x0))
     if made is not None:
         schedule.last_occurrence_at = made
     schedule.advance_at = made
-    schedule.skipped_count += skipped
+    _skip(schedule, [*skipped, *older], unshown=unshown, reason=CATCHUP_REASON, now=now)
     schedule.revision += 1
-    schedule.save(update_fields=["last_occurrence_at", "advance_at", "skipped_count", "revision"])
-    if skipped:
-        logger.warning(
-            "skipped %d missed occurrence(s) of a schedule",
-            skipped,
-            extra={"tenantId": schedule.tenant_id, "correlationId": str(schedule.schedule_id)},
-        )
+    schedule.save(update_fields=["last_occurrence_at", "advance_at", "skipped_count", "skipped_reasons", "revision"])
     return 1
 
 
-def _settle(schedule: Schedule, x0: datetime, *, now: datetime) -> tuple[bool, int]:
-    """Whether the call made ahead for x0 is the run of the missed occurrences (it waits and is
-    not yet missed, or the timer started it late, when the workers came back), and whether it
-    was cancelled here instead (still waiting, missed: the latest missed occurrence runs)."""
+def _cancelled_missed(schedule: Schedule, x0: datetime) -> bool:
+    """Cancel the call made ahead for x0, missed (older than the catch-up window) when it still
+    waits: True. False when nothing waits for it (the timer started it first when the workers
+    came back: that one runs, as for any cancel; or it was cancelled or ran already)."""
     call = occurrence_call(tenant_id=schedule.tenant_id, schedule_id=schedule.schedule_id, occurrence_at=x0, lock=True)
-    if call is None or call.status == ServiceCall.Status.CANCELLED:
-        return False, 0
-    if call.status == ServiceCall.Status.SCHEDULED and call.attempts == 0:
-        if x0 >= now - GRACE:
-            return True, 0
-        try:
-            service_call_cancel(
-                tenant_id=call.tenant_id, service_call_id=call.service_call_id, correlation_id=str(schedule.schedule_id)
+    if call is None or call.status != ServiceCall.Status.SCHEDULED or call.attempts:
+        return False
+    try:
+        service_call_cancel(
+            tenant_id=call.tenant_id, service_call_id=call.service_call_id, correlation_id=str(schedule.schedule_id)
+        )
+    except Conflict:
+        return False
+    return True
+
+
+def _skip(schedule: Schedule, instants: list[datetime], *, unshown: int = 0, reason: str, now: datetime) -> None:
+    """Count skipped occurrences on the schedule (in all and by reason) and raise an event for
+    each of `instants` (`unshown` more are counted only: past SKIPPED_EVENTS_MAX in a round)."""
+    count = len(instants) + unshown
+    if not count:
+        return
+    schedule.skipped_count += count
+    schedule.skipped_reasons = {**(schedule.skipped_reasons or {})}
+    schedule.skipped_reasons[reason] = schedule.skipped_reasons.get(reason, 0) + count
+    outbox_append(
+        events=[
+            NewEvent(
+                tenant_id=schedule.tenant_id,
+                aggregate_id=schedule.schedule_id,
+                type=OutboxEvent.Type.OCCURRENCE_SKIPPED,
+                payload={"scheduleId": str(schedule.schedule_id), "occurrenceAt": iso_ms(at), "reason": reason},
+                correlation_id=str(schedule.schedule_id),
+                at=now,
             )
-        except Conflict:  # the timer started it first: that one is the run
-            return True, 0
-        return False, 1
-    started = first_start(call)
-    return started is not None and started > x0 + GRACE, 0
-
-
-# --- Secrets at rest: key rotation (docs/security.md §4) -------------------------------------
+            for at in sorted(instants)
+        ]
+    )
+    logger.warning(
+        "skipped %d occurrence(s) of a schedule (%s)",
+        count,
+        reason,
+        extra={"tenantId": schedule.tenant_id, "correlationId": str(schedule.schedule_id)},
+    )
 
 
 def schedule_sealed_values_rotate(*, dry_run: bool = False) -> RotationResult:

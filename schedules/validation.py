@@ -17,11 +17,30 @@ from django.utils.dateparse import parse_datetime
 
 from core.errors import ValidationFailed
 from core.ids import utcnow
+from core.text import name_problem
 from orchestration.retries import RetryPolicy
 from orchestration.validation import json_value_error, one_year_after, validate_submission
 from schedules.cron import CronError, next_occurrences, parse_cron, parse_zone, runs_soon
 
-FIELDS = ("name", "cron", "timezone", "requestSpec", "tags", "retryPolicy", "startAt", "endAt", "paused")
+FIELDS = (
+    "name",
+    "cron",
+    "timezone",
+    "requestSpec",
+    "tags",
+    "retryPolicy",
+    "startAt",
+    "endAt",
+    "paused",
+    "pausedNote",
+    "catchupWindow",
+)
+MAX_PAUSED_NOTE = 500
+# A duration as the schedule fields take it: a whole number of seconds, minutes, hours or days.
+_DURATION = re.compile(r"([0-9]{1,7})([smhd])\Z")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_CATCHUP_WINDOW_S = 60
+MAX_CATCHUP_WINDOW_S = 30 * 86400
 # The parts a call is made of, checked as a submission's.
 _CALL_FIELDS = ("name", "requestSpec", "tags", "retryPolicy")
 # Stand-ins for what a partial update leaves out, so that the submission check runs; their
@@ -48,6 +67,27 @@ class ScheduleInput:
     start_at: datetime | None = None
     end_at: datetime | None = None
     paused: bool | None = None
+    paused_note: str | None = None
+    catchup_window_s: int | None = None
+
+
+def parse_duration(value: Any, name: str, *, maximum_s: int) -> int:
+    """`90s`, `15m`, `6h`, `30d` in seconds, at most `maximum_s`; ValueError saying why not."""
+    found = _DURATION.match(value) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError(f"{name} is a whole number of s, m, h or d, for example 90s, 15m, 6h or 30d.")
+    seconds = int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    if seconds > maximum_s:
+        raise ValueError(f"{name} is at most {duration_text(maximum_s)}.")
+    return seconds
+
+
+def duration_text(seconds: int) -> str:
+    """A duration in the largest unit that says it exactly: 60 -> 1m, 90 -> 90s, 86400 -> 1d."""
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
+    return f"{seconds}s"
 
 
 class _Errors:
@@ -147,6 +187,26 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
     if "paused" in data and not isinstance(paused, bool):
         errors.add("paused", "paused is true or false.")
 
+    paused_note = data.get("pausedNote")
+    if paused_note is None:
+        paused_note = ""
+    elif not isinstance(paused_note, str):
+        errors.add("pausedNote", "pausedNote is a string (or null: no note).")
+    elif len(paused_note) > MAX_PAUSED_NOTE:
+        errors.add("pausedNote", f"pausedNote is at most {MAX_PAUSED_NOTE} characters.")
+    elif (problem := json_value_error(paused_note, where="pausedNote")) or (problem := name_problem(paused_note)):
+        errors.add("pausedNote", problem.replace("The name", "pausedNote"))
+
+    if not partial and isinstance(paused_note, str) and paused_note.strip() and paused is not True:
+        errors.add("pausedNote", "A note says why a schedule is paused: give paused: true too.")
+
+    catchup_window_s = None
+    if "catchupWindow" in data:
+        try:
+            catchup_window_s = parse_duration(data["catchupWindow"], "catchupWindow", maximum_s=MAX_CATCHUP_WINDOW_S)
+        except ValueError as exc:
+            errors.add("catchupWindow", str(exc))
+
     if not partial and not errors.errors and cron is not None and zone is not None:
         _plan_problems(cron, zone, start_at, end_at, now, errors)
     if errors.errors:
@@ -174,6 +234,8 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
         start_at=start_at,
         end_at=end_at,
         paused=paused if "paused" in given else None,
+        paused_note=paused_note.strip() if "pausedNote" in given else None,
+        catchup_window_s=catchup_window_s,
     )
 
 

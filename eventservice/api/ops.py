@@ -13,13 +13,14 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from delivery.models import Subscription
 from delivery.selectors import delivery_backlog, delivery_lag_by_kind, expired_counts
 from eventservice.api.health import health_report, metrics_snapshot
 from execution.outcomes import ErrorKind
 from orchestration.models import ServiceCall
+from schedules.selectors import skipped_occurrences_by_reason
 
 
 @never_cache
@@ -86,6 +87,15 @@ class ServiceAgentCollector:
         yield attempts
 
         yield from delivery_metrics()
+
+        skipped = CounterMetricFamily(
+            "serviceagent_schedule_occurrences_skipped",
+            "Occurrences of schedules skipped, never run, by reason (docs/schedules.md).",
+            labels=["reason"],
+        )
+        for reason, count in sorted({"catchupWindow": 0, **skipped_occurrences_by_reason()}.items()):
+            skipped.add_metric([reason], count)
+        yield skipped
 
 
 def delivery_metrics() -> Iterator[GaugeMetricFamily]:

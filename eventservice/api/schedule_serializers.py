@@ -37,6 +37,15 @@ class CreateScheduleSerializer(serializers.Serializer):
         required=False, allow_null=True, help_text="No occurrence after it; in the future, after startAt."
     )
     paused = serializers.BooleanField(required=False, help_text="Created paused: it makes no call until resumed.")
+    catchupWindow = serializers.RegexField(
+        r"^[0-9]{1,7}[smhd]$",
+        required=False,
+        help_text="Missed occurrences no older than this run once each, oldest first; older ones are skipped "
+        "(`90s`, `15m`, `6h`, `30d`; default `1m`, at most `30d`).",
+    )
+    pausedNote = serializers.CharField(
+        required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
+    )
 
 
 class UpdateScheduleSerializer(serializers.Serializer):
@@ -55,6 +64,15 @@ class UpdateScheduleSerializer(serializers.Serializer):
     endAt = serializers.DateTimeField(required=False, allow_null=True)
     paused = serializers.BooleanField(
         required=False, help_text="true pauses (the call made ahead is cancelled); false resumes from now."
+    )
+    catchupWindow = serializers.RegexField(
+        r"^[0-9]{1,7}[smhd]$",
+        required=False,
+        help_text="Missed occurrences no older than this run once each, oldest first; older ones are skipped "
+        "(`90s`, `15m`, `6h`, `30d`; default `1m`, at most `30d`).",
+    )
+    pausedNote = serializers.CharField(
+        required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
     )
 
 
@@ -88,7 +106,12 @@ class ScheduleSerializer(serializers.Serializer):
     lastOccurrenceAt = serializers.DateTimeField(
         allow_null=True, help_text="The latest occurrence made into a call (normally the next run, made ahead)."
     )
-    skippedCount = serializers.IntegerField(help_text="Occurrences missed while no worker ran, and never run.")
+    pausedNote = serializers.CharField(allow_null=True, help_text="Why it is paused (null: no note, or not paused).")
+    catchupWindow = serializers.CharField(help_text="How old a missed occurrence may be and still run.")
+    skippedCount = serializers.IntegerField(help_text="Occurrences skipped and never run.")
+    skippedByReason = serializers.DictField(
+        child=serializers.IntegerField(), help_text="The same, by reason (`catchupWindow`)."
+    )
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()
     links = ScheduleLinksSerializer()

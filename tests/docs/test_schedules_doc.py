@@ -20,6 +20,7 @@ from django.conf import settings
 
 from orchestration.models import ServiceCall
 from schedules.cron import local_iso
+from schedules.models import Schedule
 from schedules.services import schedules_materialize
 from tests.commands.cli import call
 from tests.support.api import ApiClient, assert_problem
@@ -119,19 +120,26 @@ def test_the_documented_limit_is_the_default():
 def test_the_missed_occurrences_example(world):
     text = " ".join(DOC.read_text().split())
     assert "stop at 09:50 and come back at 14:10" in text
-    assert "the call for 14:00 runs, the one for 10:00 is cancelled, `skippedCount` grows by 4" in text
+    assert "the call for 10:00 is cancelled, `skippedCount` grows by 5" in text
+    assert 'With `"catchupWindow": "2h"` the occurrences from 12:10 on run: 13:00, then 14:00' in text
     at = datetime(2026, 1, 5, tzinfo=UTC)
-    schedule = make_schedule(cron="0 * * * *", timezone="UTC", now=at.replace(hour=9, minute=50))
+    by_default = make_schedule(cron="0 * * * *", timezone="UTC", now=at.replace(hour=9, minute=50))
+    two_hours = make_schedule(name="2h", cron="0 * * * *", timezone="UTC", now=at.replace(hour=9, minute=50))
+    Schedule.objects.filter(pk=two_hours.pk).update(catchup_window_s=7200)
 
     schedules_materialize(now=at.replace(hour=14, minute=10))
 
-    schedule.refresh_from_db()
-    assert {c.occurrence_at.hour: c.status for c in calls_of(schedule)} == {
+    by_default.refresh_from_db()
+    two_hours.refresh_from_db()
+    assert {c.occurrence_at.hour: c.status for c in calls_of(by_default)} == {10: "Cancelled", 15: "Scheduled"}
+    assert by_default.skipped_count == 5
+    assert {c.occurrence_at.hour: c.status for c in calls_of(two_hours)} == {
         10: "Cancelled",
+        13: "Scheduled",
         14: "Scheduled",
         15: "Scheduled",
     }
-    assert schedule.skipped_count == 4
+    assert two_hours.skipped_count == 3
 
 
 @pytest.mark.django_db

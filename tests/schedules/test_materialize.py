@@ -151,9 +151,9 @@ def test_a_loop_working_from_a_stale_read_changes_nothing(world):
     stale = Schedule.objects.get(pk=schedule.pk)
     assert schedules_materialize(now=utc(2027, 5, 1, 10, 0, 1)).advanced == 1
 
-    from schedules.services import _round
+    from schedules.services import Missed, _round
 
-    assert _round(stale, now=utc(2027, 5, 1, 10, 0, 1), missed=0, latest=None) == 0
+    assert _round(stale, now=utc(2027, 5, 1, 10, 0, 1), missed=Missed()) == 0
     assert occurrences_made(schedule) == [utc(2027, 5, 1, 10), utc(2027, 5, 1, 11)]
 
 

@@ -30,8 +30,8 @@ from schedules.cron import CronError, next_occurrences, parse_cron, parse_zone, 
 from schedules.models import Schedule
 from schedules.representation import NEXT_RUNS, next_runs, schedule_state
 from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant
-from schedules.services import schedule_create, schedule_delete, schedule_set_paused
-from schedules.validation import validate_schedule
+from schedules.services import schedule_create, schedule_delete, schedule_update
+from schedules.validation import duration_text, validate_schedule
 
 # Wire field names (schedules.validation) -> the control that shows the error.
 WIRE_FIELDS = {
@@ -41,6 +41,8 @@ WIRE_FIELDS = {
     "startAt": "start_local",
     "endAt": "end_local",
     "paused": "paused",
+    "pausedNote": "paused_note",
+    "catchupWindow": "catchup_window",
 }
 
 
@@ -72,6 +74,15 @@ class ScheduleForm(RequestForm):
         help_text="Optional; in the schedule's zone.",
     )
     paused = forms.BooleanField(label="Create it paused", required=False)
+    paused_note = forms.CharField(label="Why paused", required=False, max_length=500, strip=True)
+    catchup_window = forms.CharField(
+        label="Catch-up window",
+        required=False,
+        strip=True,
+        widget=forms.TextInput(attrs={"placeholder": "1m", "spellcheck": "false", "autocomplete": "off"}),
+        help_text="After the workers were stopped, missed occurrences no older than this run once each; older "
+        "ones are skipped. 90s, 15m, 6h or 30d; empty: 1m.",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,6 +128,10 @@ class ScheduleForm(RequestForm):
             data["endAt"] = cleaned["end_iso"]
         if cleaned.get("paused"):
             data["paused"] = True
+        if cleaned.get("paused_note"):
+            data["pausedNote"] = cleaned["paused_note"]
+        if cleaned.get("catchup_window"):
+            data["catchupWindow"] = cleaned["catchup_window"]
         return data
 
     def add_wire_errors(self, errors: dict[str, list[str]]) -> None:
@@ -243,6 +258,7 @@ def schedule_detail(request: HttpRequest, schedule_id: uuid.UUID) -> HttpRespons
         if schedule.last_occurrence_at
         else None,
         "spec": public_request_spec(schedule.request_spec),
+        "catchup_window": duration_text(schedule.catchup_window_s),
         # Each call with its occurrence as the schedule's zone shows it.
         "calls": [
             (call, run_rows([call.occurrence_at], schedule.timezone)[0]) for call in schedule_calls(schedule=schedule)
@@ -260,15 +276,21 @@ def schedule_paused(request: HttpRequest, schedule_id: uuid.UUID) -> HttpRespons
         messages.error(request, "Choose to pause or to resume the schedule.")
         return HttpResponseRedirect(_detail_url(schedule))
     paused = form.cleaned_data["paused"]
+    note = request.POST.get("note", "").strip() if paused else ""
     try:
-        schedule_set_paused(
+        # The note is checked as the API checks pausedNote.
+        data = validate_schedule({"paused": paused, **({"pausedNote": note} if note else {})}, partial=True)
+        schedule_update(
             tenant_id=request.tenant.id,
             schedule_id=schedule.schedule_id,
-            paused=paused,
+            data=data,
             correlation_id=request.correlation_id,
         )
     except NotFound:
         raise Http404("No such schedule.") from None
+    except ValidationFailed as exc:
+        messages.error(request, "Not paused. " + " ".join(m for found in exc.errors.values() for m in found))
+        return HttpResponseRedirect(_detail_url(schedule))
     if paused:
         messages.success(request, "Schedule paused: its next call was cancelled and no more are made.")
     else:

@@ -31,6 +31,8 @@ OPTION_OF_FIELD = {
     "tags": "--tag",
     "startAt": "--start-at",
     "endAt": "--end-at",
+    "catchupWindow": "--catchup-window",
+    "pausedNote": "--paused-note",
 }
 
 
@@ -65,6 +67,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--end-at", metavar="ISO", help="No occurrence after this (ISO 8601 with a zone).")
         parser.add_argument("--paused", action="store_true", help="Create it paused: no call until it is resumed.")
+        parser.add_argument("--paused-note", metavar="TEXT", help="Why it is paused (with --paused).")
+        parser.add_argument(
+            "--catchup-window",
+            metavar="DURATION",
+            help="Missed occurrences no older than this run once each; older ones are skipped (90s, 15m, 6h, 30d; "
+            "default 1m).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         data = self._wire_data(options)
@@ -95,4 +104,8 @@ class Command(BaseCommand):
             data["endAt"] = options["end_at"]
         if options["paused"]:
             data["paused"] = True
+        if options["paused_note"] is not None:
+            data["pausedNote"] = options["paused_note"]
+        if options["catchup_window"] is not None:
+            data["catchupWindow"] = options["catchup_window"]
         return data
