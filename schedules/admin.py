@@ -43,6 +43,7 @@ class ScheduleAdmin(ReadOnlyAdmin):
         "paused",
         "paused_note",
         "catchup_window_s",
+        "jitter_ms",
         "next_runs_shown",
         "last_occurrence_at",
         "skipped_count",

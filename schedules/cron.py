@@ -4,18 +4,23 @@ Pure rules, no database (docs/schedules.md): five fields (minute hour day-of-mon
 day-of-week) evaluated by `cronsim` in the schedule's own IANA zone, with Debian cron's rules
 across DST: a local time the spring-forward jump skips runs once right after the jump, and a
 local time the fall-back repeats runs once (its first pass). Every occurrence is returned as
-an instant in UTC, strictly increasing.
+an instant in UTC, strictly increasing. An occurrence's call may be due a little later: the
+schedule's jitter (`jitter_of`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
+
+from core.ids import iso_ms
 
 DEFAULT_ZONE = "UTC"
 MAX_CRON = 120
@@ -135,3 +140,13 @@ def runs_soon(cron: str, zone: str, *, now: datetime) -> bool:
 def local_iso(at: datetime, zone: str) -> str:
     """An instant as the schedule's zone shows it: 2026-03-29T03:00:00+02:00."""
     return at.astimezone(ZoneInfo(zone)).isoformat(timespec="seconds")
+
+
+def jitter_of(schedule_id: uuid.UUID, at: datetime, jitter_ms: int) -> timedelta:
+    """How much later than its instant the occurrence `at`'s call is due: an offset in
+    [0, jitter_ms) drawn from the schedule's id and the occurrence, so the same on every cluster
+    and in every preview (docs/schedules.md, "Jitter")."""
+    if jitter_ms <= 0:
+        return timedelta(0)
+    digest = hashlib.sha256(f"{schedule_id}/{iso_ms(at)}".encode()).digest()
+    return timedelta(milliseconds=int.from_bytes(digest[:8], "big") % jitter_ms)

@@ -33,6 +33,9 @@ class Schedule(models.Model):
     # Missed occurrences no older than this run once each, oldest first; older ones are skipped
     # (docs/schedules.md, "Missed occurrences").
     catchup_window_s = models.PositiveIntegerField(default=60)
+    # Each occurrence's call is due this much later at most: an offset of its own, stable
+    # (schedules.services.jitter_of), so a fleet of hourly schedules does not fire at once.
+    jitter_ms = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
     # The last change by a user (the loop's progress does not count).
     updated_at = models.DateTimeField()

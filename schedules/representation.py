@@ -14,7 +14,7 @@ from core.ids import iso_ms, utcnow
 from orchestration.models import ServiceCall
 from orchestration.representation import service_call_representation
 from orchestration.services import public_request_spec
-from schedules.cron import local_iso, next_occurrences
+from schedules.cron import jitter_of, local_iso, next_occurrences
 from schedules.models import Schedule
 from schedules.validation import duration_text
 
@@ -28,9 +28,18 @@ class State:
     ENDED = "ended"
 
 
-def run_representation(at: datetime, zone: str) -> dict[str, str]:
-    """One occurrence: `at` in UTC, `local` in the schedule's zone with its offset."""
-    return {"at": iso_ms(at), "local": local_iso(at, zone)}
+def run_representation(at: datetime, zone: str, *, due: datetime | None = None) -> dict[str, str]:
+    """One occurrence: `at` in UTC, `local` in the schedule's zone with its offset, and `dueAt`
+    when its call is due later (a schedule's jitter)."""
+    shown = {"at": iso_ms(at), "local": local_iso(at, zone)}
+    if due is not None and due != at:
+        shown["dueAt"] = iso_ms(due)
+    return shown
+
+
+def schedule_run(schedule: Schedule, at: datetime) -> dict[str, str]:
+    """One occurrence of `schedule` as the API shows it, with its call's due time."""
+    return run_representation(at, schedule.timezone, due=at + jitter_of(schedule.schedule_id, at, schedule.jitter_ms))
 
 
 def next_runs(schedule: Schedule, *, now: datetime | None = None, count: int = NEXT_RUNS) -> list[datetime]:
@@ -93,8 +102,9 @@ def schedule_representation(
         "paused": schedule.paused,
         "pausedNote": schedule.paused_note or None,
         "catchupWindow": duration_text(schedule.catchup_window_s),
+        "jitterMs": schedule.jitter_ms,
         "state": schedule_state(schedule, runs),
-        "nextRun": run_representation(runs[0], schedule.timezone) if runs else None,
+        "nextRun": schedule_run(schedule, runs[0]) if runs else None,
         "lastOccurrenceAt": iso_ms(schedule.last_occurrence_at),
         "skippedCount": schedule.skipped_count,
         "skippedByReason": dict(schedule.skipped_reasons or {}),
@@ -117,6 +127,6 @@ def schedule_detail_representation(
     runs = next_runs(schedule, now=now)
     return {
         **schedule_representation(schedule, request=request, base_url=base_url, runs=runs),
-        "nextRuns": [run_representation(at, schedule.timezone) for at in runs],
+        "nextRuns": [schedule_run(schedule, at) for at in runs],
         "recentCalls": [service_call_representation(call, request=request, base_url=base_url) for call in calls],
     }

@@ -38,7 +38,7 @@ from orchestration.services import (
 from orchestration.validation import Submission
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
-from schedules.cron import next_occurrences, occurrences
+from schedules.cron import jitter_of, next_occurrences, occurrences
 from schedules.models import Schedule
 from schedules.selectors import occurrence_call, waiting_calls
 from schedules.validation import DEFAULT_CATCHUP_WINDOW_S, ScheduleInput, check_plan
@@ -75,7 +75,7 @@ def _submission(schedule: Schedule, at: datetime) -> tuple[Submission, dict[str,
         headers={name: "" for name in headers},  # the sealed values go as they are, below
         body=spec.get("body"),
         timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
-        due_at=at,
+        due_at=at + jitter_of(schedule.schedule_id, at, schedule.jitter_ms),
         tags=list(schedule.tags or []),
         idempotency_key=None,
         retry_policy=RetryPolicy.from_wire(schedule.retry_policy) if schedule.retry_policy else None,
@@ -215,6 +215,7 @@ def schedule_create(
             paused=bool(data.paused),
             paused_note=(data.paused_note or "") if data.paused else "",
             catchup_window_s=data.catchup_window_s if data.catchup_window_s is not None else DEFAULT_CATCHUP_WINDOW_S,
+            jitter_ms=data.jitter_ms or 0,
             created_at=now,
             updated_at=now,
         )
@@ -271,12 +272,16 @@ def schedule_update(
             schedule.paused_note = ""
         if "catchupWindow" in given:
             schedule.catchup_window_s = data.catchup_window_s
+        if "jitterMs" in given:
+            schedule.jitter_ms = data.jitter_ms
         time_changed = (schedule.cron, schedule.timezone, schedule.start_at, schedule.end_at) != before
         if time_changed:
             check_plan(
                 cron=schedule.cron, zone=schedule.timezone, start_at=schedule.start_at, end_at=schedule.end_at, now=now
             )
-        call_changed = "requestSpec" in given or (schedule.tags, schedule.retry_policy) != calls_before
+        call_changed = (
+            "requestSpec" in given or "jitterMs" in given or (schedule.tags, schedule.retry_policy) != calls_before
+        )
         if schedule.paused != was_paused or time_changed or call_changed:
             _replan(schedule, now=now, correlation_id=correlation_id, call_changed=call_changed)
         schedule.updated_at = now

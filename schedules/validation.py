@@ -34,7 +34,9 @@ FIELDS = (
     "paused",
     "pausedNote",
     "catchupWindow",
+    "jitterMs",
 )
+MAX_JITTER_MS = 3_600_000
 MAX_PAUSED_NOTE = 500
 # A duration as the schedule fields take it: a whole number of seconds, minutes, hours or days.
 _DURATION = re.compile(r"([0-9]{1,7})([smhd])\Z")
@@ -69,6 +71,7 @@ class ScheduleInput:
     paused: bool | None = None
     paused_note: str | None = None
     catchup_window_s: int | None = None
+    jitter_ms: int | None = None
 
 
 def parse_duration(value: Any, name: str, *, maximum_s: int) -> int:
@@ -197,6 +200,12 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
     elif (problem := json_value_error(paused_note, where="pausedNote")) or (problem := name_problem(paused_note)):
         errors.add("pausedNote", problem.replace("The name", "pausedNote"))
 
+    jitter_ms = data.get("jitterMs")
+    if "jitterMs" in data and (
+        isinstance(jitter_ms, bool) or not isinstance(jitter_ms, int) or not 0 <= jitter_ms <= MAX_JITTER_MS
+    ):
+        errors.add("jitterMs", f"jitterMs is an integer from 0 to {MAX_JITTER_MS} (one hour).")
+
     if not partial and isinstance(paused_note, str) and paused_note.strip() and paused is not True:
         errors.add("pausedNote", "A note says why a schedule is paused: give paused: true too.")
 
@@ -236,6 +245,7 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
         paused=paused if "paused" in given else None,
         paused_note=paused_note.strip() if "pausedNote" in given else None,
         catchup_window_s=catchup_window_s,
+        jitter_ms=jitter_ms if "jitterMs" in given else None,
     )
 
 

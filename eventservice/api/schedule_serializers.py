@@ -46,6 +46,13 @@ class CreateScheduleSerializer(serializers.Serializer):
     pausedNote = serializers.CharField(
         required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
     )
+    jitterMs = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=3_600_000,
+        help_text="Each occurrence's call is due up to this much later, by an offset of its own, the same on every "
+        "cluster (default 0).",
+    )
 
 
 class UpdateScheduleSerializer(serializers.Serializer):
@@ -74,11 +81,21 @@ class UpdateScheduleSerializer(serializers.Serializer):
     pausedNote = serializers.CharField(
         required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
     )
+    jitterMs = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=3_600_000,
+        help_text="Each occurrence's call is due up to this much later, by an offset of its own, the same on every "
+        "cluster (default 0).",
+    )
 
 
 class ScheduleRunSerializer(serializers.Serializer):
     at = serializers.DateTimeField(help_text="The occurrence in UTC.")
     local = serializers.CharField(help_text="The same instant in the schedule's zone, with its offset.")
+    dueAt = serializers.DateTimeField(
+        required=False, help_text="When its call is due, when later than the occurrence (the schedule's jitter)."
+    )
 
 
 class ScheduleLinksSerializer(serializers.Serializer):
@@ -108,6 +125,7 @@ class ScheduleSerializer(serializers.Serializer):
     )
     pausedNote = serializers.CharField(allow_null=True, help_text="Why it is paused (null: no note, or not paused).")
     catchupWindow = serializers.CharField(help_text="How old a missed occurrence may be and still run.")
+    jitterMs = serializers.IntegerField(help_text="Each occurrence's call is due up to this much later.")
     skippedCount = serializers.IntegerField(help_text="Occurrences skipped and never run.")
     skippedByReason = serializers.DictField(
         child=serializers.IntegerField(), help_text="The same, by reason (`catchupWindow`)."

@@ -26,7 +26,7 @@ from eventservice.dashboard.forms import RequestForm, page_message
 from eventservice.dashboard.tenancy import tenant_required
 from execution.connections import connections_list
 from orchestration.services import public_request_spec
-from schedules.cron import CronError, next_occurrences, parse_cron, parse_zone, zone_names
+from schedules.cron import CronError, jitter_of, next_occurrences, parse_cron, parse_zone, zone_names
 from schedules.models import Schedule
 from schedules.representation import NEXT_RUNS, next_runs, schedule_state
 from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant
@@ -43,6 +43,7 @@ WIRE_FIELDS = {
     "paused": "paused",
     "pausedNote": "paused_note",
     "catchupWindow": "catchup_window",
+    "jitterMs": "jitter_ms",
 }
 
 
@@ -75,6 +76,13 @@ class ScheduleForm(RequestForm):
     )
     paused = forms.BooleanField(label="Create it paused", required=False)
     paused_note = forms.CharField(label="Why paused", required=False, max_length=500, strip=True)
+    jitter_ms = forms.IntegerField(
+        label="Jitter (ms)",
+        required=False,
+        min_value=0,
+        widget=forms.NumberInput(attrs={"placeholder": "0"}),
+        help_text="Each occurrence's call is due up to this much later, by an offset of its own (at most one hour).",
+    )
     catchup_window = forms.CharField(
         label="Catch-up window",
         required=False,
@@ -132,6 +140,8 @@ class ScheduleForm(RequestForm):
             data["pausedNote"] = cleaned["paused_note"]
         if cleaned.get("catchup_window"):
             data["catchupWindow"] = cleaned["catchup_window"]
+        if cleaned.get("jitter_ms") is not None:
+            data["jitterMs"] = cleaned["jitter_ms"]
         return data
 
     def add_wire_errors(self, errors: dict[str, list[str]]) -> None:
@@ -253,12 +263,16 @@ def schedule_detail(request: HttpRequest, schedule_id: uuid.UUID) -> HttpRespons
         "schedule": schedule,
         "state": schedule_state(schedule, runs),
         "badge": STATE_BADGES[schedule_state(schedule, runs)],
-        "runs": run_rows(runs, schedule.timezone),
+        "runs": [
+            {**row, "late_s": jitter_of(schedule.schedule_id, row["at"], schedule.jitter_ms).total_seconds()}
+            for row in run_rows(runs, schedule.timezone)
+        ],
         "last_occurrence": run_rows([schedule.last_occurrence_at], schedule.timezone)[0]
         if schedule.last_occurrence_at
         else None,
         "spec": public_request_spec(schedule.request_spec),
         "catchup_window": duration_text(schedule.catchup_window_s),
+        "jitter_s": schedule.jitter_ms / 1000,
         # Each call with its occurrence as the schedule's zone shows it.
         "calls": [
             (call, run_rows([call.occurrence_at], schedule.timezone)[0]) for call in schedule_calls(schedule=schedule)

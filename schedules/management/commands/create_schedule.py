@@ -33,6 +33,7 @@ OPTION_OF_FIELD = {
     "endAt": "--end-at",
     "catchupWindow": "--catchup-window",
     "pausedNote": "--paused-note",
+    "jitterMs": "--jitter-ms",
 }
 
 
@@ -68,6 +69,9 @@ class Command(BaseCommand):
         parser.add_argument("--end-at", metavar="ISO", help="No occurrence after this (ISO 8601 with a zone).")
         parser.add_argument("--paused", action="store_true", help="Create it paused: no call until it is resumed.")
         parser.add_argument("--paused-note", metavar="TEXT", help="Why it is paused (with --paused).")
+        parser.add_argument(
+            "--jitter-ms", type=int, metavar="N", help="Each occurrence's call is due up to N ms later (0-3600000)."
+        )
         parser.add_argument(
             "--catchup-window",
             metavar="DURATION",
@@ -106,6 +110,8 @@ class Command(BaseCommand):
             data["paused"] = True
         if options["paused_note"] is not None:
             data["pausedNote"] = options["paused_note"]
+        if options["jitter_ms"] is not None:
+            data["jitterMs"] = options["jitter_ms"]
         if options["catchup_window"] is not None:
             data["catchupWindow"] = options["catchup_window"]
         return data
