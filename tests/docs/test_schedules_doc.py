@@ -20,8 +20,8 @@ from django.conf import settings
 
 from orchestration.models import ServiceCall
 from schedules.cron import local_iso
+from schedules.materialize import schedules_materialize
 from schedules.models import Schedule
-from schedules.services import schedules_materialize
 from tests.commands.cli import call
 from tests.support.api import ApiClient, assert_problem
 from tests.support.factories import make_api_key, make_tenant

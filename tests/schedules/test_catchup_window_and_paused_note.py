@@ -11,8 +11,8 @@ from django.test import Client
 
 from outbox.models import OutboxEvent
 from outbox.services import outbox_mark_published
+from schedules.materialize import schedules_materialize
 from schedules.models import Schedule
-from schedules.services import schedules_materialize
 from tests.commands.cli import call
 from tests.support.api import ApiClient
 from tests.support.schedules import make_schedule, schedule_payload

@@ -23,8 +23,8 @@ from django.db import connection
 
 from orchestration.models import ServiceCall
 from schedules.cron import next_occurrences
+from schedules.making import make_occurrence as _make
 from schedules.models import Schedule
-from schedules.services import _make
 from tests.support.schedules import make_schedule
 from tests.workers.cluster import database_url
 
@@ -43,7 +43,7 @@ import sys
 import django
 django.setup()
 from datetime import datetime
-from schedules.services import schedules_materialize
+from schedules.materialize import schedules_materialize
 for line in sys.stdin:
     now = datetime.fromisoformat(line.strip())
     advanced = 0

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from schedules.cron import jitter_of
+from schedules.materialize import schedules_materialize
 from schedules.models import Schedule
-from schedules.services import schedules_materialize
 from tests.support.api import ApiClient
 from tests.support.schedules import calls_of, make_schedule, schedule_payload
 

@@ -11,8 +11,8 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from orchestration.models import ServiceCall
+from schedules.materialize import schedules_materialize
 from schedules.models import Schedule
-from schedules.services import schedules_materialize
 from tests.support.schedules import calls_of, make_schedule, occurrences_made
 
 pytestmark = pytest.mark.django_db
@@ -151,7 +151,7 @@ def test_a_loop_working_from_a_stale_read_changes_nothing(world):
     stale = Schedule.objects.get(pk=schedule.pk)
     assert schedules_materialize(now=utc(2027, 5, 1, 10, 0, 1)).advanced == 1
 
-    from schedules.services import Missed, _round
+    from schedules.materialize import Missed, _round
 
     assert _round(stale, now=utc(2027, 5, 1, 10, 0, 1), missed=Missed()) == 0
     assert occurrences_made(schedule) == [utc(2027, 5, 1, 10), utc(2027, 5, 1, 11)]

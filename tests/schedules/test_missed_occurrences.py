@@ -13,8 +13,8 @@ from core.ids import iso_ms
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_start
 from outbox.models import OutboxEvent
+from schedules.materialize import CATCHUP_MAX, SKIPPED_EVENTS_MAX, schedules_materialize
 from schedules.models import Schedule
-from schedules.services import CATCHUP_MAX, SKIPPED_EVENTS_MAX, schedules_materialize
 from tests.support.schedules import calls_of, make_schedule
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,9 @@ import pytest
 from core.errors import NotFound, ValidationFailed
 from orchestration.models import ServiceCall
 from orchestration.services import service_call_start
+from schedules.materialize import schedules_materialize
 from schedules.models import Schedule
-from schedules.services import schedule_delete, schedule_set_paused, schedule_update, schedules_materialize
+from schedules.services import schedule_delete, schedule_set_paused, schedule_update
 from schedules.validation import validate_schedule
 from tests.support.schedules import calls_of, make_schedule
 

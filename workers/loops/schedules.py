@@ -14,9 +14,9 @@ from datetime import datetime
 from core.db import ChangeWatch
 from core.db.wakeups import Channel
 from core.ids import utcnow
+from schedules.materialize import BATCH as SCHEDULES_BATCH
+from schedules.materialize import schedules_materialize
 from schedules.selectors import schedules_next_advance
-from schedules.services import BATCH as SCHEDULES_BATCH
-from schedules.services import schedules_materialize
 from workers.loops.base import Loop, Where
 
 # How often the loop looks for schedules whose call made ahead came due while the wake-ups do
