@@ -50,8 +50,14 @@ def occurrence_submission(schedule: Schedule, at: datetime) -> tuple[Submission,
 
 def make_occurrence(schedule: Schedule, at: datetime) -> ServiceCall:
     """The call of the occurrence `at`: made now, or the one already made (by another loop)."""
+    return make_occurrence_call(schedule, at)[0]
+
+
+def make_occurrence_call(schedule: Schedule, at: datetime) -> tuple[ServiceCall, bool]:
+    """The call of the occurrence `at` and whether it was made now (False: the occurrence's live
+    call, made before, by this or another cluster's loop, or by an earlier backfill)."""
     submission, sealed = occurrence_submission(schedule, at)
-    call, _ = service_call_submit(
+    return service_call_submit(
         tenant_id=schedule.tenant_id,
         submission=submission,
         # Every call of a schedule correlates with the schedule (logs, events).
@@ -59,7 +65,6 @@ def make_occurrence(schedule: Schedule, at: datetime) -> ServiceCall:
         sealed_headers=sealed,
         occurrence=(schedule.schedule_id, at),
     )
-    return call
 
 
 def make_next(schedule: Schedule, *, after: datetime) -> datetime | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -20,14 +21,16 @@ from core.errors import NotFound, ValidationFailed
 from core.ids import new_id, utcnow
 from core.secrets import SecretUnavailable, is_sealed, rotate_sealed, seal_headers
 from execution.connections import connection_check
+from orchestration.models import ServiceCall
 from orchestration.services import (
     RotationResult,
     retry_policy_within_ceilings,
 )
-from schedules.making import cancel_waiting, replan
+from schedules.cron import occurrences
+from schedules.making import cancel_waiting, make_occurrence_call, replan
 from schedules.models import Schedule
-from schedules.selectors import waiting_calls
-from schedules.validation import DEFAULT_CATCHUP_WINDOW_S, ScheduleInput, check_plan
+from schedules.selectors import schedule_get, waiting_calls
+from schedules.validation import BACKFILL_MAX, DEFAULT_CATCHUP_WINDOW_S, ScheduleInput, check_plan
 from tenants.models import Tenant
 
 logger = logging.getLogger("serviceagent.schedules")
@@ -224,4 +227,41 @@ def schedule_sealed_values_rotate(*, dry_run: bool = False) -> RotationResult:
             current = Schedule.objects.select_for_update().filter(pk=schedule_id).values_list("request_spec", flat=True)
             if list(current) == [spec]:  # unchanged meanwhile (else its new headers are sealed anew)
                 Schedule.objects.filter(pk=schedule_id).update(request_spec={**spec, "headers": rotated})
+    return result
+
+
+@dataclass
+class Backfill:
+    """A backfill's calls, one per occurrence of the range, in order: `made` now, or the live
+    call the occurrence already had (a backfill asked again makes nothing twice)."""
+
+    made: list[ServiceCall] = field(default_factory=list)
+    existing: list[ServiceCall] = field(default_factory=list)
+
+
+def backfill_plan(*, tenant_id: str, schedule_id: uuid.UUID | str, start: datetime, end: datetime) -> list[datetime]:
+    """The occurrences of the schedule's cron in [start, end], at most BACKFILL_MAX (more: a 400
+    naming `to`); NotFound for another tenant's schedule."""
+    schedule = schedule_get(tenant_id=tenant_id, schedule_id=schedule_id)
+    instants = []
+    for at in occurrences(schedule.cron, schedule.timezone, after=start - timedelta(microseconds=1), end_at=end):
+        instants.append(at)
+        if len(instants) > BACKFILL_MAX:
+            raise ValidationFailed(
+                {"to": [f"More than {BACKFILL_MAX} occurrences fall in the range: narrow it; nothing was made."]}
+            )
+    return instants
+
+
+def schedule_backfill(*, tenant_id: str, schedule_id: uuid.UUID | str, instants: list[datetime]) -> Backfill:
+    """Make a call for each occurrence of `instants` (backfill_plan) that has no live call (one
+    that was skipped or cancelled gets a new one), due at once, in occurrence order; an occurrence
+    that has its live call keeps it, so a backfill asked again makes nothing twice
+    (docs/schedules.md, "Backfill")."""
+    result = Backfill()
+    with transaction.atomic():
+        schedule = _locked(tenant_id, schedule_id)
+        for at in instants:
+            call, created = make_occurrence_call(schedule, at)
+            (result.made if created else result.existing).append(call)
     return result

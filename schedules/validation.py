@@ -291,3 +291,37 @@ def validate_preview(cron: Any, zone: Any) -> tuple[str, str]:
     if errors.errors:
         raise ValidationFailed(errors.errors)
     return parsed_cron, parsed_zone  # type: ignore[return-value]
+
+
+BACKFILL_MAX = 1000
+
+
+def validate_backfill(data: Any, *, now: datetime | None = None) -> tuple[datetime, datetime]:
+    """A backfill's `{from, to}`: two instants, `from` before `to`, `to` not in the future (the
+    occurrences to make are past ones; how many, at most BACKFILL_MAX, is counted by the service).
+    ValidationFailed naming each bad field."""
+    if not isinstance(data, dict):
+        raise ValidationFailed({"body": ['A JSON object is required: {"from": "...", "to": "..."}.']})
+    now = now or utcnow()
+    errors = _Errors()
+    for name in sorted(set(data) - {"from", "to"}):
+        errors.add(name, "Unknown field.")
+    found: dict[str, datetime] = {}
+    for name in ("from", "to"):
+        if data.get(name) is None:
+            errors.add(name, f"{name} is required: an ISO 8601 date-time with a time zone.")
+            continue
+        if (problem := json_value_error(data[name], where=name)) is not None:
+            errors.add(name, problem)
+            continue
+        try:
+            found[name] = parse_instant(data[name], name)  # type: ignore[assignment]
+        except ValueError as exc:
+            errors.add(name, str(exc))
+    if "to" in found and found["to"] > now:
+        errors.add("to", "to must not be in the future: a backfill makes past occurrences.")
+    if "from" in found and "to" in found and found["from"] >= found["to"]:
+        errors.add("to", "to must be after from.")
+    if errors.errors:
+        raise ValidationFailed(errors.errors)
+    return found["from"], found["to"]

@@ -150,3 +150,27 @@ class PreviewSerializer(serializers.Serializer):
     cron = serializers.CharField(help_text="The cron, normalised.")
     timezone = serializers.CharField()
     nextRuns = ScheduleRunSerializer(many=True)
+
+
+# `from` is a Python keyword: the class is made with its fields named as on the wire.
+BackfillInputSerializer = type(
+    "BackfillInputSerializer",
+    (serializers.Serializer,),
+    {
+        "from": serializers.DateTimeField(help_text="The range's first instant."),
+        "to": serializers.DateTimeField(help_text="The range's last instant (not in the future)."),
+    },
+)
+
+
+class BackfillCallSerializer(serializers.Serializer):
+    serviceCallId = serializers.UUIDField()
+    occurrenceAt = serializers.DateTimeField()
+    status = serializers.CharField()
+    made = serializers.BooleanField(help_text="Made by this backfill (false: the occurrence had its live call).")
+
+
+class BackfillSerializer(serializers.Serializer):
+    made = serializers.IntegerField(help_text="Calls made now, due at once.")
+    alreadyMade = serializers.IntegerField(help_text="Occurrences that had their live call already.")
+    calls = BackfillCallSerializer(many=True, help_text="One per occurrence of the range, in order.")

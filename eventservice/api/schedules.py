@@ -16,10 +16,11 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from core.ids import utcnow
+from core.ids import iso_ms, utcnow
 from eventservice.api import schedule_serializers as ss
 from eventservice.api.base import TenantApiView, TenantCollectionApi
 from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, problem_responses
+from eventservice.api.throttles import submissions_charge
 from schedules.cron import next_occurrences
 from schedules.models import Schedule
 from schedules.representation import (
@@ -29,14 +30,15 @@ from schedules.representation import (
     schedule_representation,
 )
 from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant
-from schedules.services import schedule_create, schedule_delete, schedule_update
-from schedules.validation import validate_preview, validate_schedule
+from schedules.services import backfill_plan, schedule_backfill, schedule_create, schedule_delete, schedule_update
+from schedules.validation import validate_backfill, validate_preview, validate_schedule
 
 SCHEDULE_PARAM = OpenApiParameter("schedule_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 _problems = problem_responses(
     {
         400: "Invalid input (`errors` names the fields); nothing is stored.",
         404: "No such tenant or schedule for this caller.",
+        429: "Past the tenant's submissions ceiling (`Retry-After` says when to try again).",
     }
 )
 
@@ -164,6 +166,44 @@ class ScheduleDeleteApi(TenantCollectionApi):
             tenant_id=self.tenant_id, schedule_id=schedule.schedule_id, correlation_id=request.correlation_id
         )
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ScheduleBackfillApi(TenantCollectionApi):
+    @extend_schema(
+        operation_id="schedules_backfill",
+        summary="Run a past range of a schedule's occurrences",
+        description=(
+            "One call for each occurrence of the cron in `[from, to]` (`to` not in the future) that has no live call: "
+            "one never made, skipped (the catch-up window) or cancelled gets a call due at once, run in occurrence "
+            "order; one that has its call keeps it, so asking again makes nothing twice. At most 1,000 occurrences "
+            "(more: 400 naming `to`, nothing made). Each call made counts against the submissions ceiling."
+        ),
+        parameters=[TENANT_PARAM, SCHEDULE_PARAM],
+        request=ss.BackfillInputSerializer,
+        responses={200: ss.BackfillSerializer, **_problems(400, 401, 403, 404, 413, 429)},
+    )
+    def post(self, request: Request, tenant_id: str, schedule_id: str) -> Response:
+        start, end = validate_backfill(request.data)
+        instants = backfill_plan(tenant_id=self.tenant_id, schedule_id=schedule_id, start=start, end=end)
+        submissions_charge(request, self, len(instants))
+        done = schedule_backfill(tenant_id=self.tenant_id, schedule_id=schedule_id, instants=instants)
+        calls = sorted([*done.made, *done.existing], key=lambda call: call.occurrence_at)
+        made = {call.pk for call in done.made}
+        return Response(
+            {
+                "made": len(done.made),
+                "alreadyMade": len(done.existing),
+                "calls": [
+                    {
+                        "serviceCallId": str(call.pk),
+                        "occurrenceAt": iso_ms(call.occurrence_at),
+                        "status": call.status,
+                        "made": call.pk in made,
+                    }
+                    for call in calls
+                ],
+            }
+        )
 
 
 class ScheduleDetailApi(ScheduleGetApi, ScheduleUpdateApi, ScheduleDeleteApi):

@@ -100,6 +100,7 @@ CLOSED_REQUEST_COMPONENTS = (
     "CreateScheduleRequest",
     "PatchedUpdateScheduleRequest",
     "ConnectionInputRequest",
+    "BackfillInputRequest",
 )
 
 

@@ -57,6 +57,11 @@ urlpatterns = [
     path(f"{TENANT}/schedules", schedules.SchedulesApi.as_view(), name="schedules"),
     path(f"{TENANT}/schedules/preview", schedules.SchedulePreviewApi.as_view(), name="schedule-preview"),
     path(f"{TENANT}/schedules/<str:schedule_id>", schedules.ScheduleDetailApi.as_view(), name="schedule-detail"),
+    path(
+        f"{TENANT}/schedules/<str:schedule_id>/backfill",
+        schedules.ScheduleBackfillApi.as_view(),
+        name="schedule-backfill",
+    ),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     # Any other /api/ path is a problem+json 404 (but /api/docs and /api/schema get the slash).

@@ -74,5 +74,6 @@ urlpatterns = [
     path("schedules/<uuid:schedule_id>/", schedules.schedule_detail, name="schedule-detail"),
     path("schedules/<uuid:schedule_id>/paused", schedules.schedule_paused, name="schedule-paused"),
     path("schedules/<uuid:schedule_id>/delete", schedules.schedule_delete_view, name="schedule-delete"),
+    path("schedules/<uuid:schedule_id>/backfill", schedules.schedule_backfill_view, name="schedule-backfill"),
     path("system/", system.system_page, name="system"),
 ]

@@ -45,6 +45,7 @@ def test_it_serves_a_valid_openapi_3_document(db):
         "/api/tenants/{tenant_id}/schedules",
         "/api/tenants/{tenant_id}/schedules/preview",
         "/api/tenants/{tenant_id}/schedules/{schedule_id}",
+        "/api/tenants/{tenant_id}/schedules/{schedule_id}/backfill",
     }
     assert schema["components"]["securitySchemes"]["apiKey"] == {
         "type": "http",
