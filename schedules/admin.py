@@ -27,7 +27,7 @@ def _pretty_json(value) -> str:
 
 @admin.register(Schedule)
 class ScheduleAdmin(ReadOnlyAdmin):
-    list_display = ("name", "tenant", "cron", "timezone", "paused", "next_run", "skipped_count", "created_at")
+    list_display = ("name", "tenant", "plan_text", "timezone", "paused", "next_run", "skipped_count", "created_at")
     list_filter = ("paused", ("tenant", admin.RelatedOnlyFieldListFilter))
     list_select_related = ("tenant",)
     search_fields = ("name", "cron")
@@ -37,6 +37,7 @@ class ScheduleAdmin(ReadOnlyAdmin):
         "tenant",
         "name",
         "cron",
+        "every_s",
         "timezone",
         "start_at",
         "end_at",

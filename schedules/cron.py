@@ -16,6 +16,8 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from itertools import islice
+from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
@@ -150,3 +152,70 @@ def jitter_of(schedule_id: uuid.UUID, at: datetime, jitter_ms: int) -> timedelta
         return timedelta(0)
     digest = hashlib.sha256(f"{schedule_id}/{iso_ms(at)}".encode()).digest()
     return timedelta(milliseconds=int.from_bytes(digest[:8], "big") % jitter_ms)
+
+
+# An interval schedule (`every`) runs at least a minute apart, at most a year.
+MIN_EVERY_S = 60
+MAX_EVERY_S = 366 * 86400
+
+
+def interval_occurrences(
+    every_s: int,
+    anchor: datetime,
+    *,
+    after: datetime,
+    start_at: datetime | None = None,
+    end_at: datetime | None = None,
+) -> Iterator[datetime]:
+    """An interval schedule's occurrences strictly after `after`: `anchor` + k * `every_s` (k >= 0),
+    at or after `start_at`, at or before `end_at`. Real time: a DST change moves nothing."""
+    if start_at is not None and start_at > after:
+        after = start_at - timedelta(microseconds=1)
+    step = timedelta(seconds=every_s)
+    k = 0 if after < anchor else (after - anchor) // step + 1
+    at = anchor + k * step
+    while end_at is None or at <= end_at:
+        yield at
+        at += step
+
+
+def schedule_occurrences(
+    schedule: Any, *, after: datetime, start_at: datetime | None = None, end_at: datetime | None = None
+) -> Iterator[datetime]:
+    """The occurrences of a stored schedule (its cron in its zone, or its interval from its anchor:
+    `startAt`, else its creation, to the second) strictly after `after`."""
+    if schedule.every_s:
+        anchor = (schedule.start_at or schedule.created_at).replace(microsecond=0)
+        return interval_occurrences(schedule.every_s, anchor, after=after, start_at=start_at, end_at=end_at)
+    return occurrences(schedule.cron, schedule.timezone, after=after, start_at=start_at, end_at=end_at)
+
+
+def next_schedule_occurrences(
+    schedule: Any, *, after: datetime, count: int, start_at: datetime | None = None, end_at: datetime | None = None
+) -> list[datetime]:
+    return list(islice(schedule_occurrences(schedule, after=after, start_at=start_at, end_at=end_at), count))
+
+
+# A duration as the schedule fields take it (`every`, `catchupWindow`): a whole number of
+# seconds, minutes, hours or days.
+_DURATION = re.compile(r"([0-9]{1,7})([smhd])\Z")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any, name: str, *, maximum_s: int) -> int:
+    """`90s`, `15m`, `6h`, `30d` in seconds, at most `maximum_s`; ValueError saying why not."""
+    found = _DURATION.match(value) if isinstance(value, str) else None
+    if found is None:
+        raise ValueError(f"{name} is a whole number of s, m, h or d, for example 90s, 15m, 6h or 30d.")
+    seconds = int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
+    if seconds > maximum_s:
+        raise ValueError(f"{name} is at most {duration_text(maximum_s)}.")
+    return seconds
+
+
+def duration_text(seconds: int) -> str:
+    """A duration in the largest unit that says it exactly: 60 -> 1m, 90 -> 90s, 86400 -> 1d."""
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
+            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
+    return f"{seconds}s"

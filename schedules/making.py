@@ -18,7 +18,7 @@ from orchestration.models import ServiceCall
 from orchestration.retries import RetryPolicy
 from orchestration.services import service_call_cancel, service_call_submit
 from orchestration.validation import Submission
-from schedules.cron import jitter_of, next_occurrences, occurrences
+from schedules.cron import jitter_of, next_schedule_occurrences, schedule_occurrences
 from schedules.models import Schedule
 from schedules.selectors import waiting_calls
 
@@ -72,7 +72,7 @@ def make_next(schedule: Schedule, *, after: datetime) -> datetime | None:
     the schedule has no more occurrences)."""
     tried = None
     for taken, at in enumerate(
-        occurrences(schedule.cron, schedule.timezone, after=after, start_at=schedule.start_at, end_at=schedule.end_at)
+        schedule_occurrences(schedule, after=after, start_at=schedule.start_at, end_at=schedule.end_at)
     ):
         call = make_occurrence(schedule, at)
         if call.status != ServiceCall.Status.CANCELLED:
@@ -108,9 +108,7 @@ def replan(schedule: Schedule, *, now: datetime, correlation_id: str | None, cal
         cancel_waiting(waiting, correlation_id)
         schedule.advance_at = None
         return
-    first = next_occurrences(
-        schedule.cron, schedule.timezone, after=now, count=1, start_at=schedule.start_at, end_at=schedule.end_at
-    )
+    first = next_schedule_occurrences(schedule, after=now, count=1, start_at=schedule.start_at, end_at=schedule.end_at)
     keep = None
     if first and not call_changed:
         keep = next((call for call in waiting if call.occurrence_at == first[0]), None)

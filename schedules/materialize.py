@@ -22,7 +22,7 @@ from orchestration.models import ServiceCall
 from orchestration.services import service_call_cancel
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
-from schedules.cron import occurrences
+from schedules.cron import schedule_occurrences
 from schedules.making import make_next, make_occurrence
 from schedules.models import Schedule
 from schedules.selectors import occurrence_call
@@ -100,7 +100,7 @@ def _missed(schedule: Schedule, *, now: datetime) -> Missed:
     until = min(now, schedule.end_at) if schedule.end_at else now
     window_start = now - timedelta(seconds=schedule.catchup_window_s)
     found = Missed()
-    for at in occurrences(schedule.cron, schedule.timezone, after=schedule.advance_at, end_at=until):
+    for at in schedule_occurrences(schedule, after=schedule.advance_at, end_at=until):
         if at >= window_start:
             found.within.append(at)
         else:

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from core.fields import JSONField
+from schedules.cron import duration_text
 
 
 class Schedule(models.Model):
@@ -17,7 +18,10 @@ class Schedule(models.Model):
     )
     name = models.CharField(max_length=200)
     # Five fields, normalised (schedules.cron.parse_cron), evaluated in `timezone`.
-    cron = models.CharField(max_length=120)
+    cron = models.CharField(max_length=120, blank=True)
+    # Or an interval schedule (`every`): an occurrence every this many seconds from its anchor
+    # (start_at, else created_at to the second), in real time; cron is then empty.
+    every_s = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
     # {method, url, headers, body, timeoutMs}, as a call's: secret header values sealed.
     request_spec = JSONField()
@@ -55,6 +59,11 @@ class Schedule(models.Model):
         db_table = "schedules"
         ordering = ["-schedule_id"]
         constraints = [
+            # A cron, or an interval: one of the two.
+            models.CheckConstraint(
+                condition=(Q(every_s__isnull=True) & ~Q(cron="")) | (Q(every_s__isnull=False) & Q(cron="")),
+                name="schedules_cron_or_every",
+            ),
             models.CheckConstraint(
                 condition=Q(start_at__isnull=True) | Q(end_at__isnull=True) | Q(end_at__gt=F("start_at")),
                 name="schedules_end_after_start",
@@ -71,5 +80,10 @@ class Schedule(models.Model):
             models.Index(fields=["advance_at"], condition=Q(advance_at__isnull=False), name="schedules_advance"),
         ]
 
+    @property
+    def plan_text(self) -> str:
+        """What makes its occurrences, as the pages show it: the cron, or `every 15m`."""
+        return f"every {duration_text(self.every_s)}" if self.every_s else self.cron
+
     def __str__(self) -> str:
-        return f"{self.name} ({self.cron} {self.timezone})"
+        return f"{self.name} ({self.plan_text} {self.timezone})"

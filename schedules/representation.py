@@ -14,7 +14,7 @@ from core.ids import iso_ms, utcnow
 from orchestration.models import ServiceCall
 from orchestration.representation import service_call_representation
 from orchestration.services import public_request_spec
-from schedules.cron import jitter_of, local_iso, next_occurrences
+from schedules.cron import jitter_of, local_iso, next_schedule_occurrences
 from schedules.models import Schedule
 from schedules.validation import duration_text
 
@@ -51,8 +51,8 @@ def next_runs(schedule: Schedule, *, now: datetime | None = None, count: int = N
     if schedule.last_occurrence_at is not None and schedule.last_occurrence_at > now:
         # From the call made ahead: an occurrence before it is not going to make a call.
         after = schedule.last_occurrence_at - timedelta(microseconds=1)
-    return next_occurrences(
-        schedule.cron, schedule.timezone, after=after, count=count, start_at=schedule.start_at, end_at=schedule.end_at
+    return next_schedule_occurrences(
+        schedule, after=after, count=count, start_at=schedule.start_at, end_at=schedule.end_at
     )
 
 
@@ -92,7 +92,8 @@ def schedule_representation(
         "scheduleId": str(schedule.schedule_id),
         "tenantId": schedule.tenant_id,
         "name": schedule.name,
-        "cron": schedule.cron,
+        "cron": schedule.cron or None,
+        "every": duration_text(schedule.every_s) if schedule.every_s else None,
         "timezone": schedule.timezone,
         "requestSpec": public_request_spec(schedule.request_spec),
         "tags": list(schedule.tags or []),

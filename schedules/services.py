@@ -26,7 +26,7 @@ from orchestration.services import (
     RotationResult,
     retry_policy_within_ceilings,
 )
-from schedules.cron import occurrences
+from schedules.cron import schedule_occurrences
 from schedules.making import cancel_waiting, make_occurrence_call, replan
 from schedules.models import Schedule
 from schedules.selectors import schedule_get, waiting_calls
@@ -88,7 +88,8 @@ def schedule_create(
             schedule_id=new_id(),
             tenant_id=tenant_id,
             name=data.name,
-            cron=data.cron,
+            cron=data.cron or "",
+            every_s=data.every_s,
             timezone=data.timezone or "UTC",
             request_spec=_spec_sealed(data.request_spec or {}),
             tags=list(data.tags or []),
@@ -127,12 +128,14 @@ def schedule_update(
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         was_paused = schedule.paused
-        before = (schedule.cron, schedule.timezone, schedule.start_at, schedule.end_at)
+        before = (schedule.cron, schedule.every_s, schedule.timezone, schedule.start_at, schedule.end_at)
         calls_before = (schedule.tags, schedule.retry_policy)
         if "name" in given:
             schedule.name = data.name
-        if "cron" in given:
-            schedule.cron = data.cron
+        if "cron" in given and data.cron:
+            schedule.cron, schedule.every_s = data.cron, None
+        if "every" in given and data.every_s:
+            schedule.cron, schedule.every_s = "", data.every_s
         if "timezone" in given:
             schedule.timezone = data.timezone or "UTC"
         if "startAt" in given:
@@ -157,8 +160,14 @@ def schedule_update(
             schedule.catchup_window_s = data.catchup_window_s
         if "jitterMs" in given:
             schedule.jitter_ms = data.jitter_ms
-        time_changed = (schedule.cron, schedule.timezone, schedule.start_at, schedule.end_at) != before
-        if time_changed:
+        time_changed = (
+            schedule.cron,
+            schedule.every_s,
+            schedule.timezone,
+            schedule.start_at,
+            schedule.end_at,
+        ) != before
+        if time_changed and schedule.cron:
             check_plan(
                 cron=schedule.cron, zone=schedule.timezone, start_at=schedule.start_at, end_at=schedule.end_at, now=now
             )
@@ -244,7 +253,7 @@ def backfill_plan(*, tenant_id: str, schedule_id: uuid.UUID | str, start: dateti
     naming `to`); NotFound for another tenant's schedule."""
     schedule = schedule_get(tenant_id=tenant_id, schedule_id=schedule_id)
     instants = []
-    for at in occurrences(schedule.cron, schedule.timezone, after=start - timedelta(microseconds=1), end_at=end):
+    for at in schedule_occurrences(schedule, after=start - timedelta(microseconds=1), end_at=end):
         instants.append(at)
         if len(instants) > BACKFILL_MAX:
             raise ValidationFailed(

@@ -20,11 +20,22 @@ from core.ids import utcnow
 from core.text import name_problem
 from orchestration.retries import RetryPolicy
 from orchestration.validation import json_value_error, one_year_after, validate_submission
-from schedules.cron import CronError, next_occurrences, parse_cron, parse_zone, runs_soon
+from schedules.cron import (  # noqa: F401 (duration_text: re-exported for the pages)
+    MAX_EVERY_S,
+    MIN_EVERY_S,
+    CronError,
+    duration_text,
+    next_occurrences,
+    parse_cron,
+    parse_duration,
+    parse_zone,
+    runs_soon,
+)
 
 FIELDS = (
     "name",
     "cron",
+    "every",
     "timezone",
     "requestSpec",
     "tags",
@@ -38,9 +49,6 @@ FIELDS = (
 )
 MAX_JITTER_MS = 3_600_000
 MAX_PAUSED_NOTE = 500
-# A duration as the schedule fields take it: a whole number of seconds, minutes, hours or days.
-_DURATION = re.compile(r"([0-9]{1,7})([smhd])\Z")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_CATCHUP_WINDOW_S = 60
 MAX_CATCHUP_WINDOW_S = 30 * 86400
 # The parts a call is made of, checked as a submission's.
@@ -72,25 +80,7 @@ class ScheduleInput:
     paused_note: str | None = None
     catchup_window_s: int | None = None
     jitter_ms: int | None = None
-
-
-def parse_duration(value: Any, name: str, *, maximum_s: int) -> int:
-    """`90s`, `15m`, `6h`, `30d` in seconds, at most `maximum_s`; ValueError saying why not."""
-    found = _DURATION.match(value) if isinstance(value, str) else None
-    if found is None:
-        raise ValueError(f"{name} is a whole number of s, m, h or d, for example 90s, 15m, 6h or 30d.")
-    seconds = int(found.group(1)) * _UNIT_SECONDS[found.group(2)]
-    if seconds > maximum_s:
-        raise ValueError(f"{name} is at most {duration_text(maximum_s)}.")
-    return seconds
-
-
-def duration_text(seconds: int) -> str:
-    """A duration in the largest unit that says it exactly: 60 -> 1m, 90 -> 90s, 86400 -> 1d."""
-    for unit in ("d", "h", "m"):
-        if seconds and seconds % _UNIT_SECONDS[unit] == 0:
-            return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
-    return f"{seconds}s"
+    every_s: int | None = None
 
 
 class _Errors:
@@ -149,12 +139,21 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
                     for message in messages:
                         errors.add(name, message)
 
-    cron = None
-    if "cron" in data or not partial:
+    cron = every_s = None
+    if data.get("every") is not None:
+        if data.get("cron") is not None:
+            errors.add("every", "Give a cron or an interval (every), not both.")
+        try:
+            every_s = parse_duration(data["every"], "every", maximum_s=MAX_EVERY_S)
+            if every_s < MIN_EVERY_S:
+                errors.add("every", "every is at least 1 minute (60s).")
+        except ValueError as exc:
+            errors.add("every", str(exc))
+    elif "cron" in data or not partial:
         try:
             cron = parse_cron(data.get("cron"))
         except CronError as exc:
-            errors.add("cron", str(exc))
+            errors.add("cron", str(exc) + " (or give an interval: every, e.g. 15m)")
 
     zone = None
     if "timezone" in data or not partial:
@@ -246,6 +245,7 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
         paused_note=paused_note.strip() if "pausedNote" in given else None,
         catchup_window_s=catchup_window_s,
         jitter_ms=jitter_ms if "jitterMs" in given else None,
+        every_s=every_s,
     )
 
 

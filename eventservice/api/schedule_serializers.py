@@ -23,7 +23,13 @@ ZONE_HELP = "An IANA time zone name (`Europe/Berlin`); default `UTC`. DST follow
 
 class CreateScheduleSerializer(serializers.Serializer):
     name = serializers.RegexField(NAME_PATTERN, max_length=200)
-    cron = serializers.CharField(max_length=120, help_text=CRON_HELP)
+    cron = serializers.CharField(max_length=120, required=False, help_text=CRON_HELP + " Or give `every`.")
+    every = serializers.RegexField(
+        r"^[0-9]{1,7}[smhd]$",
+        required=False,
+        help_text="An interval schedule instead of a cron: `90s`, `15m`, `6h` (at least a minute), anchored at "
+        "startAt (else the creation), in real time.",
+    )
     timezone = serializers.CharField(required=False, max_length=64, help_text=ZONE_HELP)
     requestSpec = s.RequestSpecSerializer(help_text="The request every occurrence sends, as a call's.")
     tags = serializers.ListField(
@@ -61,6 +67,7 @@ class UpdateScheduleSerializer(serializers.Serializer):
 
     name = serializers.RegexField(NAME_PATTERN, max_length=200, required=False)
     cron = serializers.CharField(max_length=120, required=False, help_text=CRON_HELP)
+    every = serializers.RegexField(r"^[0-9]{1,7}[smhd]$", required=False, help_text="An interval instead of the cron.")
     timezone = serializers.CharField(required=False, max_length=64, help_text=ZONE_HELP)
     requestSpec = s.RequestSpecSerializer(required=False)
     tags = serializers.ListField(
@@ -106,7 +113,8 @@ class ScheduleSerializer(serializers.Serializer):
     scheduleId = serializers.UUIDField()
     tenantId = serializers.CharField()
     name = serializers.CharField()
-    cron = serializers.CharField()
+    cron = serializers.CharField(allow_null=True, help_text="The cron (null for an interval schedule).")
+    every = serializers.CharField(allow_null=True, help_text="The interval (null for a cron schedule).")
     timezone = serializers.CharField()
     requestSpec = s.RequestSpecSerializer(help_text="Secret header values are `***`.")
     tags = serializers.ListField(child=serializers.CharField())

@@ -38,6 +38,7 @@ from schedules.validation import duration_text, validate_backfill, validate_sche
 WIRE_FIELDS = {
     **{wire: control for wire, control in REQUEST_WIRE_FIELDS.items() if wire != "dueAt"},
     "cron": "cron",
+    "every": "every",
     "timezone": "timezone",
     "startAt": "start_local",
     "endAt": "end_local",
@@ -56,6 +57,13 @@ class ScheduleForm(RequestForm):
         required=False,
         widget=forms.TextInput(attrs={"placeholder": "30 2 * * *", "spellcheck": "false", "autocomplete": "off"}),
         help_text="Five fields: minute hour day-of-month month day-of-week.",
+    )
+    every = forms.CharField(
+        label="Or every",
+        required=False,
+        strip=True,
+        widget=forms.TextInput(attrs={"placeholder": "15m", "spellcheck": "false", "autocomplete": "off"}),
+        help_text="An interval instead of a cron: 90s, 15m, 6h (at least a minute), from the start (or now).",
     )
     timezone = forms.CharField(
         label="Time zone",
@@ -128,7 +136,10 @@ class ScheduleForm(RequestForm):
         data.pop("dueAt", None)
         data.pop("idempotencyKey", None)
         cleaned = getattr(self, "cleaned_data", {})
-        data["cron"] = cleaned.get("cron") or ""
+        if cleaned.get("every") and not cleaned.get("cron"):
+            data["every"] = cleaned["every"]
+        else:
+            data["cron"] = cleaned.get("cron") or ""
         if cleaned.get("timezone"):
             data["timezone"] = cleaned["timezone"]
         if cleaned.get("start_iso"):

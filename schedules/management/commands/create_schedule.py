@@ -21,6 +21,7 @@ from tenants.cli import require_tenant
 OPTION_OF_FIELD = {
     "name": "--name",
     "cron": "--cron",
+    "every": "--every",
     "timezone": "--timezone",
     "requestSpec": "--method/--url",
     "requestSpec.method": "--method",
@@ -47,10 +48,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser) -> None:
         parser.add_argument("--tenant", required=True, help="The tenant id the schedule belongs to.")
         parser.add_argument("--name", required=True, help="A name for the schedule and its calls (1-200 characters).")
-        parser.add_argument(
+        plan = parser.add_mutually_exclusive_group(required=True)
+        plan.add_argument(
             "--cron",
-            required=True,
             help="Five fields, minute hour day-of-month month day-of-week, e.g. '30 2 * * *' (quote it).",
+        )
+        plan.add_argument(
+            "--every",
+            metavar="DURATION",
+            help="An interval instead of a cron: 90s, 15m, 6h (at least a minute), from --start-at or now.",
         )
         parser.add_argument(
             "--timezone", help="The IANA time zone the cron is read in, e.g. Europe/Berlin (default UTC)."
@@ -97,7 +103,11 @@ class Command(BaseCommand):
     def _wire_data(self, options: dict[str, Any]) -> dict[str, Any]:
         """The schedule in the API's wire shape, so validation is the API's."""
         spec = request_spec_from_options(options)
-        data: dict[str, Any] = {"name": options["name"], "cron": options["cron"], "requestSpec": spec}
+        data: dict[str, Any] = {"name": options["name"], "requestSpec": spec}
+        if options["every"] is not None:
+            data["every"] = options["every"]
+        else:
+            data["cron"] = options["cron"]
         if options["timezone"] is not None:
             data["timezone"] = options["timezone"]
         if options["tag"]:

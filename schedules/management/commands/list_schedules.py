@@ -57,7 +57,7 @@ class Command(BaseCommand):
                 (
                     str(row.schedule_id),
                     _clip(row.name, 32),
-                    row.cron,
+                    row.plan_text,
                     row.timezone,
                     schedule_state(row, runs),
                     local_iso(runs[0], row.timezone) if runs else "-",
