@@ -39,6 +39,8 @@ class ScheduleAdmin(ReadOnlyAdmin):
         "cron",
         "every_s",
         "timezone",
+        "dst_skipped",
+        "dst_repeated",
         "start_at",
         "end_at",
         "paused",

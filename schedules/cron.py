@@ -86,6 +86,13 @@ def parse_zone(raw: object) -> str:
     return raw
 
 
+# The DST choices (docs/schedules.md, "Daylight saving time"): a local time the spring-forward jump
+# skips runs right after the jump (`afterJump`, Debian cron's rule) or not at all (`skip`); a
+# local time the fall-back repeats runs on its first pass (`once`) or on both (`twice`).
+DST_SKIPPED = ("afterJump", "skip")
+DST_REPEATED = ("once", "twice")
+
+
 def occurrences(
     cron: str,
     zone: str,
@@ -93,28 +100,60 @@ def occurrences(
     after: datetime,
     start_at: datetime | None = None,
     end_at: datetime | None = None,
+    dst_skipped: str = "afterJump",
+    dst_repeated: str = "once",
 ) -> Iterator[datetime]:
     """The occurrences strictly after `after`, at or after `start_at`, at or before `end_at`:
-    instants in UTC, strictly increasing. Stops when cronsim finds none for 50 years."""
+    instants in UTC, strictly increasing, under the DST choices. Stops when cronsim finds none
+    for 50 years."""
     if start_at is not None and start_at > after:
         after = start_at - timedelta(microseconds=1)
     tz = ZoneInfo(zone)
     found = CronSim(cron, after.astimezone(tz))
     last = after
+    pending: list[datetime] = []  # second passes of repeated local times, yet to come
     while True:
         try:
             local = next(found)
         except StopIteration:
+            local = None
+        at = local.astimezone(UTC) if local is not None else None
+        while pending and (at is None or pending[0] <= at):
+            extra = pending.pop(0)
+            if extra > last and (end_at is None or extra <= end_at):
+                last = extra
+                yield extra
+        if at is None:
             return
-        at = local.astimezone(UTC)
         # cronsim walks local wall-clock time: on a fall-back day a local time past the one
         # it started from can be an earlier instant (the repeated hour). Never step back.
         if at <= last:
             continue
-        if end_at is not None and at > end_at:
+        if end_at is not None and at > end_at and not pending:
             return
+        if dst_skipped == "skip" and shifted_by_jump(found, local):
+            continue
+        if dst_repeated == "twice" and (second := second_pass(local)) is not None:
+            pending.append(second)
+            pending.sort()
+        if end_at is not None and at > end_at:
+            continue
         last = at
         yield at
+
+
+def shifted_by_jump(found: CronSim, local: datetime) -> bool:
+    """Whether cronsim gave `local` for a local time the spring-forward jump skipped (it runs
+    right after the jump): its wall-clock hour or minute is not the cron's."""
+    return local.minute not in found.minutes or local.hour not in found.hours
+
+
+def second_pass(local: datetime) -> datetime | None:
+    """The instant of `local`'s wall-clock time on the fall-back's second pass, when the time is
+    repeated and `local` is its first pass; else None."""
+    first = local.replace(fold=0).astimezone(UTC)
+    second = local.replace(fold=1).astimezone(UTC)
+    return second if second != first and local.astimezone(UTC) == first else None
 
 
 def next_occurrences(
@@ -125,9 +164,12 @@ def next_occurrences(
     count: int,
     start_at: datetime | None = None,
     end_at: datetime | None = None,
+    dst_skipped: str = "afterJump",
+    dst_repeated: str = "once",
 ) -> list[datetime]:
     found = []
-    for at in occurrences(cron, zone, after=after, start_at=start_at, end_at=end_at):
+    choices = {"dst_skipped": dst_skipped, "dst_repeated": dst_repeated}
+    for at in occurrences(cron, zone, after=after, start_at=start_at, end_at=end_at, **choices):
         found.append(at)
         if len(found) >= count:
             break
@@ -187,7 +229,15 @@ def schedule_occurrences(
     if schedule.every_s:
         anchor = (schedule.start_at or schedule.created_at).replace(microsecond=0)
         return interval_occurrences(schedule.every_s, anchor, after=after, start_at=start_at, end_at=end_at)
-    return occurrences(schedule.cron, schedule.timezone, after=after, start_at=start_at, end_at=end_at)
+    return occurrences(
+        schedule.cron,
+        schedule.timezone,
+        after=after,
+        start_at=start_at,
+        end_at=end_at,
+        dst_skipped=schedule.dst_skipped,
+        dst_repeated=schedule.dst_repeated,
+    )
 
 
 def next_schedule_occurrences(
@@ -219,3 +269,52 @@ def duration_text(seconds: int) -> str:
         if seconds and seconds % _UNIT_SECONDS[unit] == 0:
             return f"{seconds // _UNIT_SECONDS[unit]}{unit}"
     return f"{seconds}s"
+
+
+def next_transition(zone: str, *, after: datetime) -> tuple[datetime, str] | None:
+    """The zone's next change of UTC offset after `after` within a year, and its kind
+    (`springForward`: a local hour is skipped; `fallBack`: one is repeated); None if none."""
+    tz = ZoneInfo(zone)
+
+    def offset(at: datetime) -> timedelta:
+        return at.astimezone(tz).utcoffset() or timedelta(0)
+
+    day = timedelta(days=1)
+    start = after
+    for _ in range(366):
+        if offset(start + day) != offset(start):
+            low, high = start, start + day
+            while high - low > timedelta(minutes=1):
+                middle = low + (high - low) / 2
+                low, high = (middle, high) if offset(middle) == offset(low) else (low, middle)
+            at = high.replace(second=0, microsecond=0)
+            return at, "springForward" if offset(high) > offset(low) else "fallBack"
+        start += day
+    return None
+
+
+def dst_preview(
+    cron: str, zone: str, *, after: datetime, start_at: datetime | None = None, end_at: datetime | None = None
+) -> dict[str, Any] | None:
+    """What each DST choice does on the zone's next transition (docs/schedules.md, "Daylight
+    saving time"): the cron's runs within a day of it under each choice of its kind; None when
+    the zone has none within a year or the choices make no difference there."""
+    found = next_transition(zone, after=after)
+    if found is None:
+        return None
+    at, kind = found
+    name, choices = ("dstSkipped", DST_SKIPPED) if kind == "springForward" else ("dstRepeated", DST_REPEATED)
+    runs = {}
+    for choice in choices:
+        within = occurrences(
+            cron,
+            zone,
+            after=max(after, at - timedelta(days=1)),
+            start_at=start_at,
+            end_at=min(at + timedelta(days=1), end_at) if end_at else at + timedelta(days=1),
+            **{"dst_skipped" if name == "dstSkipped" else "dst_repeated": choice},
+        )
+        runs[choice] = [{"at": iso_ms(run), "local": local_iso(run, zone)} for run in within]
+    if len({tuple(r["at"] for r in found_runs) for found_runs in runs.values()}) == 1:
+        return None
+    return {"at": iso_ms(at), "kind": kind, "choice": name, "runs": runs}

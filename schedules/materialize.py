@@ -22,7 +22,7 @@ from orchestration.models import ServiceCall
 from orchestration.services import service_call_cancel
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
-from schedules.cron import schedule_occurrences
+from schedules.cron import occurrences, schedule_occurrences
 from schedules.making import make_next, make_occurrence
 from schedules.models import Schedule
 from schedules.selectors import occurrence_call
@@ -36,6 +36,7 @@ CATCHUP_MAX = 1000
 SKIPPED_EVENTS_MAX = 1000
 # Why an occurrence was skipped (the event's `reason`, the count's key).
 CATCHUP_REASON = "catchupWindow"
+DST_REASON = "dstSkipped"
 # Schedules advanced per pass of the loop, at most.
 BATCH = 100
 
@@ -142,9 +143,22 @@ def _round(snapshot: Schedule, *, now: datetime, missed: Missed) -> int:
         schedule.last_occurrence_at = made
     schedule.advance_at = made
     _skip(schedule, [*skipped, *older], unshown=unshown, reason=CATCHUP_REASON, now=now)
+    _skip(schedule, dst_skipped_between(schedule, after=x0, until=made or now), reason=DST_REASON, now=now)
     schedule.revision += 1
     schedule.save(update_fields=["last_occurrence_at", "advance_at", "skipped_count", "skipped_reasons", "revision"])
     return 1
+
+
+def dst_skipped_between(schedule: Schedule, *, after: datetime, until: datetime) -> list[datetime]:
+    """The runs that `dstSkipped: skip` took out of (after, until]: those right after a
+    spring-forward jump, which `afterJump` would have run. Counted and raised as the loop plans
+    past them (docs/schedules.md, "Daylight saving time")."""
+    if schedule.every_s or schedule.dst_skipped != "skip" or until <= after:
+        return []
+    kept = set(schedule_occurrences(schedule, after=after, end_at=until))
+    choices = {"dst_skipped": "afterJump", "dst_repeated": schedule.dst_repeated}
+    every = occurrences(schedule.cron, schedule.timezone, after=after, end_at=until, **choices)
+    return [at for at in every if at not in kept]
 
 
 def _cancelled_missed(schedule: Schedule, x0: datetime) -> bool:

@@ -23,6 +23,9 @@ class Schedule(models.Model):
     # (start_at, else created_at to the second), in real time; cron is then empty.
     every_s = models.PositiveIntegerField(null=True, blank=True)
     timezone = models.CharField(max_length=64, default="UTC")
+    # The DST choices (schedules.cron: DST_SKIPPED, DST_REPEATED; docs/schedules.md).
+    dst_skipped = models.CharField(max_length=16, default="afterJump")
+    dst_repeated = models.CharField(max_length=8, default="once")
     # {method, url, headers, body, timeoutMs}, as a call's: secret header values sealed.
     request_spec = JSONField()
     tags = JSONField(default=list, blank=True)
@@ -59,6 +62,10 @@ class Schedule(models.Model):
         db_table = "schedules"
         ordering = ["-schedule_id"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(dst_skipped__in=["afterJump", "skip"]) & Q(dst_repeated__in=["once", "twice"]),
+                name="schedules_dst_choices_valid",
+            ),
             # A cron, or an interval: one of the two.
             models.CheckConstraint(
                 condition=(Q(every_s__isnull=True) & ~Q(cron="")) | (Q(every_s__isnull=False) & Q(cron="")),

@@ -14,7 +14,7 @@ from core.ids import iso_ms, utcnow
 from orchestration.models import ServiceCall
 from orchestration.representation import service_call_representation
 from orchestration.services import public_request_spec
-from schedules.cron import jitter_of, local_iso, next_schedule_occurrences
+from schedules.cron import dst_preview, jitter_of, local_iso, next_schedule_occurrences
 from schedules.models import Schedule
 from schedules.validation import duration_text
 
@@ -103,6 +103,8 @@ def schedule_representation(
         "paused": schedule.paused,
         "pausedNote": schedule.paused_note or None,
         "catchupWindow": duration_text(schedule.catchup_window_s),
+        "dstSkipped": schedule.dst_skipped,
+        "dstRepeated": schedule.dst_repeated,
         "jitterMs": schedule.jitter_ms,
         "state": schedule_state(schedule, runs),
         "nextRun": schedule_run(schedule, runs[0]) if runs else None,
@@ -129,5 +131,11 @@ def schedule_detail_representation(
     return {
         **schedule_representation(schedule, request=request, base_url=base_url, runs=runs),
         "nextRuns": [schedule_run(schedule, at) for at in runs],
+        # What each DST choice does on the zone's next transition (null: none, or no difference).
+        "nextDstTransition": None
+        if schedule.every_s
+        else dst_preview(
+            schedule.cron, schedule.timezone, after=now or utcnow(), start_at=schedule.start_at, end_at=schedule.end_at
+        ),
         "recentCalls": [service_call_representation(call, request=request, base_url=base_url) for call in calls],
     }

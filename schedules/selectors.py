@@ -98,7 +98,7 @@ def schedules_using_connection(tenant_id: str, name: str, *, limit: int = 5) -> 
 def skipped_occurrences_by_reason() -> dict[str, int]:
     """Every schedule's skipped occurrences, by reason (the /metrics counter): one row a
     schedule, a tenant having at most MAX_SCHEDULES_PER_TENANT."""
-    totals: dict[str, int] = {}
+    totals: dict[str, int] = {"catchupWindow": 0, "dstSkipped": 0}
     for reasons in Schedule.objects.exclude(skipped_count=0).values_list("skipped_reasons", flat=True):
         for reason, count in (reasons or {}).items():
             totals[reason] = totals.get(reason, 0) + int(count)

@@ -91,6 +91,8 @@ def schedule_create(
             cron=data.cron or "",
             every_s=data.every_s,
             timezone=data.timezone or "UTC",
+            dst_skipped=data.dst_skipped or "afterJump",
+            dst_repeated=data.dst_repeated or "once",
             request_spec=_spec_sealed(data.request_spec or {}),
             tags=list(data.tags or []),
             retry_policy=data.retry_policy.as_wire() if data.retry_policy else None,
@@ -128,7 +130,15 @@ def schedule_update(
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         was_paused = schedule.paused
-        before = (schedule.cron, schedule.every_s, schedule.timezone, schedule.start_at, schedule.end_at)
+        before = (
+            schedule.cron,
+            schedule.every_s,
+            schedule.timezone,
+            schedule.start_at,
+            schedule.end_at,
+            schedule.dst_skipped,
+            schedule.dst_repeated,
+        )
         calls_before = (schedule.tags, schedule.retry_policy)
         if "name" in given:
             schedule.name = data.name

@@ -21,6 +21,8 @@ from core.text import name_problem
 from orchestration.retries import RetryPolicy
 from orchestration.validation import json_value_error, one_year_after, validate_submission
 from schedules.cron import (  # noqa: F401 (duration_text: re-exported for the pages)
+    DST_REPEATED,
+    DST_SKIPPED,
     MAX_EVERY_S,
     MIN_EVERY_S,
     CronError,
@@ -46,6 +48,8 @@ FIELDS = (
     "pausedNote",
     "catchupWindow",
     "jitterMs",
+    "dstSkipped",
+    "dstRepeated",
 )
 MAX_JITTER_MS = 3_600_000
 MAX_PAUSED_NOTE = 500
@@ -81,6 +85,8 @@ class ScheduleInput:
     catchup_window_s: int | None = None
     jitter_ms: int | None = None
     every_s: int | None = None
+    dst_skipped: str | None = None
+    dst_repeated: str | None = None
 
 
 class _Errors:
@@ -205,6 +211,10 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
     ):
         errors.add("jitterMs", f"jitterMs is an integer from 0 to {MAX_JITTER_MS} (one hour).")
 
+    for name, allowed in (("dstSkipped", DST_SKIPPED), ("dstRepeated", DST_REPEATED)):
+        if name in data and data[name] not in allowed:
+            errors.add(name, f"{name} is one of {', '.join(allowed)}.")
+
     if not partial and isinstance(paused_note, str) and paused_note.strip() and paused is not True:
         errors.add("pausedNote", "A note says why a schedule is paused: give paused: true too.")
 
@@ -246,6 +256,8 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
         catchup_window_s=catchup_window_s,
         jitter_ms=jitter_ms if "jitterMs" in given else None,
         every_s=every_s,
+        dst_skipped=data.get("dstSkipped") if "dstSkipped" in given else None,
+        dst_repeated=data.get("dstRepeated") if "dstRepeated" in given else None,
     )
 
 
@@ -274,8 +286,11 @@ def check_plan(
         raise ValidationFailed(errors.errors)
 
 
-def validate_preview(cron: Any, zone: Any) -> tuple[str, str]:
-    """The preview's query: a cron and a zone (absent: UTC), checked as a schedule's."""
+def validate_preview(
+    cron: Any, zone: Any, dst_skipped: Any = None, dst_repeated: Any = None
+) -> tuple[str, str, dict[str, str]]:
+    """The preview's query: a cron and a zone (absent: UTC), checked as a schedule's, and the DST
+    choices (absent: the defaults), as occurrences() takes them."""
     errors = _Errors()
     parsed_cron = parsed_zone = None
     try:
@@ -286,11 +301,18 @@ def validate_preview(cron: Any, zone: Any) -> tuple[str, str]:
         parsed_zone = parse_zone(zone or None)
     except CronError as exc:
         errors.add("timezone", str(exc))
+    choices = {"dst_skipped": dst_skipped or "afterJump", "dst_repeated": dst_repeated or "once"}
+    for name, key, allowed in (
+        ("dstSkipped", "dst_skipped", DST_SKIPPED),
+        ("dstRepeated", "dst_repeated", DST_REPEATED),
+    ):
+        if choices[key] not in allowed:
+            errors.add(name, f"{name} is one of {', '.join(allowed)}.")
     if parsed_cron is not None and parsed_zone is not None:
         _plan_problems(parsed_cron, parsed_zone, None, None, utcnow(), errors)
     if errors.errors:
         raise ValidationFailed(errors.errors)
-    return parsed_cron, parsed_zone  # type: ignore[return-value]
+    return parsed_cron, parsed_zone, choices  # type: ignore[return-value]
 
 
 BACKFILL_MAX = 1000

@@ -52,6 +52,16 @@ class CreateScheduleSerializer(serializers.Serializer):
     pausedNote = serializers.CharField(
         required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
     )
+    dstSkipped = serializers.ChoiceField(
+        choices=["afterJump", "skip"],
+        required=False,
+        help_text="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
+    )
+    dstRepeated = serializers.ChoiceField(
+        choices=["once", "twice"],
+        required=False,
+        help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
+    )
     jitterMs = serializers.IntegerField(
         required=False,
         min_value=0,
@@ -87,6 +97,16 @@ class UpdateScheduleSerializer(serializers.Serializer):
     )
     pausedNote = serializers.CharField(
         required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
+    )
+    dstSkipped = serializers.ChoiceField(
+        choices=["afterJump", "skip"],
+        required=False,
+        help_text="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
+    )
+    dstRepeated = serializers.ChoiceField(
+        choices=["once", "twice"],
+        required=False,
+        help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
     )
     jitterMs = serializers.IntegerField(
         required=False,
@@ -134,6 +154,8 @@ class ScheduleSerializer(serializers.Serializer):
     pausedNote = serializers.CharField(allow_null=True, help_text="Why it is paused (null: no note, or not paused).")
     catchupWindow = serializers.CharField(help_text="How old a missed occurrence may be and still run.")
     jitterMs = serializers.IntegerField(help_text="Each occurrence's call is due up to this much later.")
+    dstSkipped = serializers.CharField(help_text="`afterJump` or `skip`.")
+    dstRepeated = serializers.CharField(help_text="`once` or `twice`.")
     skippedCount = serializers.IntegerField(help_text="Occurrences skipped and never run.")
     skippedByReason = serializers.DictField(
         child=serializers.IntegerField(), help_text="The same, by reason (`catchupWindow`)."
@@ -145,6 +167,11 @@ class ScheduleSerializer(serializers.Serializer):
 
 class ScheduleDetailSerializer(ScheduleSerializer):
     nextRuns = ScheduleRunSerializer(many=True, help_text="The next five occurrences (none while paused).")
+    nextDstTransition = serializers.JSONField(
+        allow_null=True,
+        help_text="What each DST choice does on the zone's next transition: {at, kind, choice, runs} as the preview's "
+        "(null: none within a year, no difference, or an interval schedule).",
+    )
     recentCalls = s.ServiceCallSerializer(many=True, help_text="Its latest calls, latest occurrence first (20).")
 
 
@@ -154,10 +181,22 @@ class SchedulePageSerializer(serializers.Serializer):
     previous = serializers.URLField(allow_null=True)
 
 
+class DstTransitionSerializer(serializers.Serializer):
+    at = serializers.DateTimeField(help_text="When the zone's offset changes.")
+    kind = serializers.ChoiceField(choices=["springForward", "fallBack"])
+    choice = serializers.ChoiceField(choices=["dstSkipped", "dstRepeated"], help_text="The choice it concerns.")
+    runs = serializers.DictField(
+        child=ScheduleRunSerializer(many=True), help_text="The runs within a day of it, under each value of the choice."
+    )
+
+
 class PreviewSerializer(serializers.Serializer):
     cron = serializers.CharField(help_text="The cron, normalised.")
     timezone = serializers.CharField()
     nextRuns = ScheduleRunSerializer(many=True)
+    nextDstTransition = DstTransitionSerializer(
+        allow_null=True, help_text="What each DST choice does on the zone's next transition (null: no difference)."
+    )
 
 
 # `from` is a Python keyword: the class is made with its fields named as on the wire.

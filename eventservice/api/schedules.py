@@ -21,7 +21,7 @@ from eventservice.api import schedule_serializers as ss
 from eventservice.api.base import TenantApiView, TenantCollectionApi
 from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, problem_responses
 from eventservice.api.throttles import submissions_charge
-from schedules.cron import next_occurrences
+from schedules.cron import dst_preview, next_occurrences
 from schedules.models import Schedule
 from schedules.representation import (
     NEXT_RUNS,
@@ -105,13 +105,26 @@ class SchedulePreviewApi(TenantApiView):
             TENANT_PARAM,
             OpenApiParameter("cron", str, required=True, description=ss.CRON_HELP),
             OpenApiParameter("timezone", str, description=ss.ZONE_HELP),
+            OpenApiParameter("dstSkipped", str, enum=["afterJump", "skip"], description="The spring-forward choice."),
+            OpenApiParameter("dstRepeated", str, enum=["once", "twice"], description="The fall-back choice."),
         ],
         responses={200: ss.PreviewSerializer, **_problems(400, 401, 404)},
     )
     def get(self, request: Request, tenant_id: str) -> Response:
-        cron, zone = validate_preview(request.query_params.get("cron"), request.query_params.get("timezone"))
-        runs = next_occurrences(cron, zone, after=utcnow(), count=NEXT_RUNS)
-        return Response({"cron": cron, "timezone": zone, "nextRuns": [run_representation(at, zone) for at in runs]})
+        query = request.query_params
+        cron, zone, choices = validate_preview(
+            query.get("cron"), query.get("timezone"), query.get("dstSkipped"), query.get("dstRepeated")
+        )
+        now = utcnow()
+        runs = next_occurrences(cron, zone, after=now, count=NEXT_RUNS, **choices)
+        return Response(
+            {
+                "cron": cron,
+                "timezone": zone,
+                "nextRuns": [run_representation(at, zone) for at in runs],
+                "nextDstTransition": dst_preview(cron, zone, after=now),
+            }
+        )
 
 
 class ScheduleGetApi(TenantCollectionApi):

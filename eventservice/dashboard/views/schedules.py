@@ -27,7 +27,7 @@ from eventservice.dashboard.forms import RequestForm, page_message
 from eventservice.dashboard.tenancy import tenant_required
 from execution.connections import connections_list
 from orchestration.services import public_request_spec
-from schedules.cron import CronError, jitter_of, next_occurrences, parse_cron, parse_zone, zone_names
+from schedules.cron import CronError, dst_preview, jitter_of, next_occurrences, parse_cron, parse_zone, zone_names
 from schedules.models import Schedule
 from schedules.representation import NEXT_RUNS, next_runs, schedule_state
 from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant
@@ -46,6 +46,8 @@ WIRE_FIELDS = {
     "pausedNote": "paused_note",
     "catchupWindow": "catchup_window",
     "jitterMs": "jitter_ms",
+    "dstSkipped": "dst_skipped",
+    "dstRepeated": "dst_repeated",
 }
 
 
@@ -85,6 +87,18 @@ class ScheduleForm(RequestForm):
     )
     paused = forms.BooleanField(label="Create it paused", required=False)
     paused_note = forms.CharField(label="Why paused", required=False, max_length=500, strip=True)
+    dst_skipped = forms.ChoiceField(
+        label="A local time the spring-forward jump skips",
+        choices=[("afterJump", "runs right after the jump"), ("skip", "is skipped")],
+        initial="afterJump",
+        required=False,
+    )
+    dst_repeated = forms.ChoiceField(
+        label="A local time the fall-back repeats",
+        choices=[("once", "runs once (its first pass)"), ("twice", "runs on both passes")],
+        initial="once",
+        required=False,
+    )
     jitter_ms = forms.IntegerField(
         label="Jitter (ms)",
         required=False,
@@ -154,6 +168,9 @@ class ScheduleForm(RequestForm):
             data["catchupWindow"] = cleaned["catchup_window"]
         if cleaned.get("jitter_ms") is not None:
             data["jitterMs"] = cleaned["jitter_ms"]
+        for field, wire in (("dst_skipped", "dstSkipped"), ("dst_repeated", "dstRepeated")):
+            if cleaned.get(field):
+                data[wire] = cleaned[field]
         return data
 
     def add_wire_errors(self, errors: dict[str, list[str]]) -> None:
@@ -285,6 +302,9 @@ def schedule_detail(request: HttpRequest, schedule_id: uuid.UUID) -> HttpRespons
         "spec": public_request_spec(schedule.request_spec),
         "catchup_window": duration_text(schedule.catchup_window_s),
         "jitter_s": schedule.jitter_ms / 1000,
+        "dst": None
+        if schedule.every_s
+        else dst_preview(schedule.cron, schedule.timezone, after=utcnow(), start_at=schedule.start_at),
         # Each call with its occurrence as the schedule's zone shows it.
         "calls": [
             (call, run_rows([call.occurrence_at], schedule.timezone)[0]) for call in schedule_calls(schedule=schedule)

@@ -76,6 +76,16 @@ class Command(BaseCommand):
         parser.add_argument("--paused", action="store_true", help="Create it paused: no call until it is resumed.")
         parser.add_argument("--paused-note", metavar="TEXT", help="Why it is paused (with --paused).")
         parser.add_argument(
+            "--dst-skipped",
+            choices=["afterJump", "skip"],
+            help="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
+        )
+        parser.add_argument(
+            "--dst-repeated",
+            choices=["once", "twice"],
+            help="A local time the fall-back repeats: run on its first pass (default) or on both.",
+        )
+        parser.add_argument(
             "--jitter-ms", type=int, metavar="N", help="Each occurrence's call is due up to N ms later (0-3600000)."
         )
         parser.add_argument(
@@ -120,6 +130,10 @@ class Command(BaseCommand):
             data["paused"] = True
         if options["paused_note"] is not None:
             data["pausedNote"] = options["paused_note"]
+        if options["dst_skipped"] is not None:
+            data["dstSkipped"] = options["dst_skipped"]
+        if options["dst_repeated"] is not None:
+            data["dstRepeated"] = options["dst_repeated"]
         if options["jitter_ms"] is not None:
             data["jitterMs"] = options["jitter_ms"]
         if options["catchup_window"] is not None:
