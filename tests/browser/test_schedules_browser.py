@@ -4,6 +4,8 @@ cron is refused, creates the schedule, and its page pauses and resumes it; no sc
 the Content-Security-Policy (the `page` fixture fails the test on any console error)."""
 
 import re
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from playwright.sync_api import expect
@@ -11,6 +13,7 @@ from playwright.sync_api import expect
 from orchestration.models import ServiceCall
 from schedules.models import Schedule
 from tests.browser.conftest import log_in, screenshot
+from tests.support.schedules import make_schedule
 
 pytestmark = pytest.mark.browser
 
@@ -75,3 +78,27 @@ def test_the_create_page_previews_the_next_runs_live_and_the_schedule_pauses_and
     expect(page.locator("#schedules-table")).to_contain_text("Weekday report")
     expect(page.locator("#schedules-table")).to_contain_text("America/New_York")
     assert page.evaluate("window.__csp") == []
+
+
+def test_a_schedule_page_shows_its_policies_pauses_with_a_note_and_runs_a_past_range(page, world):
+    schedule = make_schedule(name="Berlin nightly", cron="30 2 * * *", timezone="Europe/Berlin")
+    Schedule.objects.filter(pk=schedule.pk).update(dst_skipped="skip", jitter_ms=600_000, catchup_window_s=7200)
+    log_in(page, "owner", "pw-owner-123")
+    page.goto(f"/schedules/{schedule.pk}/")
+    facts = page.locator(".facts")
+    expect(facts).to_contain_text("a skipped local time is skipped")
+    expect(facts).to_contain_text("up to 600 s")
+    expect(facts).to_contain_text("2h")
+    expect(page.locator("#dst-preview")).to_contain_text("afterJump")
+    screenshot(page, "schedule-policies")
+
+    page.locator("#backfill summary").click()
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).astimezone(ZoneInfo("Europe/Berlin"))
+    page.locator("#backfill-from").fill(yesterday.strftime("%Y-%m-%dT00:00"))
+    page.locator("#backfill-to").fill(yesterday.strftime("%Y-%m-%dT23:59"))
+    page.get_by_role("button", name="Run them").click()
+    expect(page.locator(".messages")).to_contain_text("1 occurrence(s) of the range run now")
+
+    page.get_by_label("Why (optional)").fill("vendor maintenance")
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#paused-note-shown")).to_have_text("Why: vendor maintenance")
