@@ -91,6 +91,9 @@ def parse_zone(raw: object) -> str:
 # local time the fall-back repeats runs on its first pass (`once`) or on both (`twice`).
 DST_SKIPPED = ("afterJump", "skip")
 DST_REPEATED = ("once", "twice")
+# How far back `twice` looks for a first pass whose second pass is still to come (offsets change
+# by two hours at most).
+REPEAT_LOOKBACK = timedelta(hours=3)
 
 
 def occurrences(
@@ -109,7 +112,9 @@ def occurrences(
     if start_at is not None and start_at > after:
         after = start_at - timedelta(microseconds=1)
     tz = ZoneInfo(zone)
-    found = CronSim(cron, after.astimezone(tz))
+    # With `twice`, cronsim starts a few hours back: a first pass at or before `after` still
+    # gives its second pass, which may come after it.
+    found = CronSim(cron, (after - REPEAT_LOOKBACK if dst_repeated == "twice" else after).astimezone(tz))
     last = after
     pending: list[datetime] = []  # second passes of repeated local times, yet to come
     while True:
@@ -127,15 +132,16 @@ def occurrences(
             return
         # cronsim walks local wall-clock time: on a fall-back day a local time past the one
         # it started from can be an earlier instant (the repeated hour). Never step back.
+        twin = second_pass(local) if dst_repeated == "twice" else None
+        if twin is not None and twin > last and twin not in pending:
+            pending.append(twin)
+            pending.sort()
         if at <= last:
             continue
         if end_at is not None and at > end_at and not pending:
             return
         if dst_skipped == "skip" and shifted_by_jump(found, local):
             continue
-        if dst_repeated == "twice" and (second := second_pass(local)) is not None:
-            pending.append(second)
-            pending.sort()
         if end_at is not None and at > end_at:
             continue
         last = at

@@ -28,8 +28,11 @@ from schedules.selectors import waiting_calls
 MAX_TAKEN_IN_A_ROW = 10
 
 
-def occurrence_submission(schedule: Schedule, at: datetime) -> tuple[Submission, dict[str, Any]]:
-    """The call of one occurrence, and its header values as stored (sealed)."""
+def occurrence_submission(
+    schedule: Schedule, at: datetime, *, at_once: bool = False
+) -> tuple[Submission, dict[str, Any]]:
+    """The call of one occurrence, and its header values as stored (sealed): due at the
+    occurrence plus its jitter, or at once (a missed occurrence caught up, a backfill)."""
     spec = schedule.request_spec
     headers = dict(spec.get("headers") or {})
     submission = Submission(
@@ -39,7 +42,7 @@ def occurrence_submission(schedule: Schedule, at: datetime) -> tuple[Submission,
         headers={name: "" for name in headers},  # the sealed values go as they are, below
         body=spec.get("body"),
         timeout_ms=spec.get("timeoutMs", settings.EXECUTION_TIMEOUT_MS),
-        due_at=at + jitter_of(schedule.schedule_id, at, schedule.jitter_ms),
+        due_at=None if at_once else at + jitter_of(schedule.schedule_id, at, schedule.jitter_ms),
         tags=list(schedule.tags or []),
         idempotency_key=None,
         retry_policy=RetryPolicy.from_wire(schedule.retry_policy) if schedule.retry_policy else None,
@@ -48,15 +51,16 @@ def occurrence_submission(schedule: Schedule, at: datetime) -> tuple[Submission,
     return submission, headers
 
 
-def make_occurrence(schedule: Schedule, at: datetime) -> ServiceCall:
+def make_occurrence(schedule: Schedule, at: datetime, *, at_once: bool = False) -> ServiceCall:
     """The call of the occurrence `at`: made now, or the one already made (by another loop)."""
-    return make_occurrence_call(schedule, at)[0]
+    return make_occurrence_call(schedule, at, at_once=at_once)[0]
 
 
-def make_occurrence_call(schedule: Schedule, at: datetime) -> tuple[ServiceCall, bool]:
+def make_occurrence_call(schedule: Schedule, at: datetime, *, at_once: bool = False) -> tuple[ServiceCall, bool]:
     """The call of the occurrence `at` and whether it was made now (False: the occurrence's live
-    call, made before, by this or another cluster's loop, or by an earlier backfill)."""
-    submission, sealed = occurrence_submission(schedule, at)
+    call, made before, by this or another cluster's loop, or by an earlier backfill); `at_once`:
+    due now rather than at its time (a past occurrence)."""
+    submission, sealed = occurrence_submission(schedule, at, at_once=at_once)
     return service_call_submit(
         tenant_id=schedule.tenant_id,
         submission=submission,

@@ -22,7 +22,7 @@ from orchestration.models import ServiceCall
 from orchestration.services import service_call_cancel
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, outbox_append
-from schedules.cron import occurrences, schedule_occurrences
+from schedules.cron import jitter_of, occurrences, schedule_occurrences
 from schedules.making import make_next, make_occurrence
 from schedules.models import Schedule
 from schedules.selectors import occurrence_call
@@ -129,12 +129,13 @@ def _round(snapshot: Schedule, *, now: datetime, missed: Missed) -> int:
     x0 = schedule.advance_at
     window_start = now - timedelta(seconds=schedule.catchup_window_s)
     skipped: list[datetime] = []
-    if x0 < window_start and _cancelled_missed(schedule, x0):
+    # Missed when its call was due (the occurrence plus its jitter) before the window.
+    if x0 + jitter_of(schedule.schedule_id, x0, schedule.jitter_ms) < window_start and _cancelled_missed(schedule, x0):
         skipped.append(x0)
     runs = missed.within[-CATCHUP_MAX:]
     beyond = missed.within[: len(missed.within) - len(runs)]
     for at in runs:  # oldest first: each one due now, started in due order
-        make_occurrence(schedule, at)
+        make_occurrence(schedule, at, at_once=True)
         schedule.last_occurrence_at = at
     older = [*missed.older_shown, *beyond]
     unshown = missed.older - len(missed.older_shown)
@@ -162,7 +163,7 @@ def dst_skipped_between(schedule: Schedule, *, after: datetime, until: datetime)
 
 
 def _cancelled_missed(schedule: Schedule, x0: datetime) -> bool:
-    """Cancel the call made ahead for x0, missed (older than the catch-up window) when it still
+    """Cancel the call made ahead for x0, missed (due before the catch-up window) when it still
     waits: True. False when nothing waits for it (the timer started it first when the workers
     came back: that one runs, as for any cancel; or it was cancelled or ran already)."""
     call = occurrence_call(tenant_id=schedule.tenant_id, schedule_id=schedule.schedule_id, occurrence_at=x0, lock=True)

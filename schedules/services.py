@@ -55,6 +55,19 @@ def _check_connection(tenant_id: str, spec: dict[str, Any] | None) -> None:
     )
 
 
+def _plan_of(schedule: Schedule) -> tuple:
+    """What decides the schedule's occurrences: a change of any of it plans the schedule again."""
+    return (
+        schedule.cron,
+        schedule.every_s,
+        schedule.timezone,
+        schedule.start_at,
+        schedule.end_at,
+        schedule.dst_skipped,
+        schedule.dst_repeated,
+    )
+
+
 def _locked(tenant_id: str, schedule_id: uuid.UUID | str) -> Schedule:
     try:
         pk = schedule_id if isinstance(schedule_id, uuid.UUID) else uuid.UUID(str(schedule_id))
@@ -130,15 +143,7 @@ def schedule_update(
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         was_paused = schedule.paused
-        before = (
-            schedule.cron,
-            schedule.every_s,
-            schedule.timezone,
-            schedule.start_at,
-            schedule.end_at,
-            schedule.dst_skipped,
-            schedule.dst_repeated,
-        )
+        before = _plan_of(schedule)
         calls_before = (schedule.tags, schedule.retry_policy)
         if "name" in given:
             schedule.name = data.name
@@ -170,13 +175,11 @@ def schedule_update(
             schedule.catchup_window_s = data.catchup_window_s
         if "jitterMs" in given:
             schedule.jitter_ms = data.jitter_ms
-        time_changed = (
-            schedule.cron,
-            schedule.every_s,
-            schedule.timezone,
-            schedule.start_at,
-            schedule.end_at,
-        ) != before
+        if "dstSkipped" in given:
+            schedule.dst_skipped = data.dst_skipped
+        if "dstRepeated" in given:
+            schedule.dst_repeated = data.dst_repeated
+        time_changed = _plan_of(schedule) != before
         if time_changed and schedule.cron:
             check_plan(
                 cron=schedule.cron, zone=schedule.timezone, start_at=schedule.start_at, end_at=schedule.end_at, now=now
@@ -281,6 +284,6 @@ def schedule_backfill(*, tenant_id: str, schedule_id: uuid.UUID | str, instants:
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         for at in instants:
-            call, created = make_occurrence_call(schedule, at)
+            call, created = make_occurrence_call(schedule, at, at_once=True)
             (result.made if created else result.existing).append(call)
     return result

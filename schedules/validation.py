@@ -54,6 +54,7 @@ FIELDS = (
 MAX_JITTER_MS = 3_600_000
 MAX_PAUSED_NOTE = 500
 DEFAULT_CATCHUP_WINDOW_S = 60
+MIN_CATCHUP_WINDOW_S = 60
 MAX_CATCHUP_WINDOW_S = 30 * 86400
 # The parts a call is made of, checked as a submission's.
 _CALL_FIELDS = ("name", "requestSpec", "tags", "retryPolicy")
@@ -222,6 +223,9 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
     if "catchupWindow" in data:
         try:
             catchup_window_s = parse_duration(data["catchupWindow"], "catchupWindow", maximum_s=MAX_CATCHUP_WINDOW_S)
+            if catchup_window_s < MIN_CATCHUP_WINDOW_S:
+                # Shorter, a call the timer is about to start (a moment late) would count as missed.
+                errors.add("catchupWindow", "catchupWindow is at least 1m.")
         except ValueError as exc:
             errors.add("catchupWindow", str(exc))
 

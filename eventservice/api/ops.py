@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily
 
 from delivery.models import Subscription
 from delivery.selectors import delivery_backlog, delivery_lag_by_kind, expired_counts
@@ -88,9 +88,9 @@ class ServiceAgentCollector:
 
         yield from delivery_metrics()
 
-        skipped = CounterMetricFamily(
+        skipped = GaugeMetricFamily(
             "serviceagent_schedule_occurrences_skipped",
-            "Occurrences of schedules skipped, never run, by reason (docs/schedules.md).",
+            "Occurrences skipped, never run, by the schedules that exist, by reason (docs/schedules.md).",
             labels=["reason"],
         )
         for reason, count in sorted(skipped_occurrences_by_reason().items()):

@@ -189,7 +189,7 @@ class ScheduleBackfillApi(TenantCollectionApi):
             "One call for each occurrence of the cron in `[from, to]` (`to` not in the future) that has no live call: "
             "one never made, skipped (the catch-up window) or cancelled gets a call due at once, run in occurrence "
             "order; one that has its call keeps it, so asking again makes nothing twice. At most 1,000 occurrences "
-            "(more: 400 naming `to`, nothing made). Each call made counts against the submissions ceiling."
+            "(more: 400 naming `to`, nothing made). Each occurrence of the range counts against the submissions ceiling."
         ),
         parameters=[TENANT_PARAM, SCHEDULE_PARAM],
         request=ss.BackfillInputSerializer,

@@ -131,4 +131,4 @@ def test_a_skipped_occurrence_is_in_the_feed_and_on_metrics(world, client):
     assert [e["payload"]["reason"] for e in events] == ["catchupWindow"] * 3
     assert {e["aggregateId"] for e in events} == {str(schedule.pk)}
     metrics = client.get("/metrics").content.decode()
-    assert 'serviceagent_schedule_occurrences_skipped_total{reason="catchupWindow"} 3.0' in metrics
+    assert 'serviceagent_schedule_occurrences_skipped{reason="catchupWindow"} 3.0' in metrics

@@ -136,3 +136,29 @@ def test_create_schedule_takes_the_choices_and_the_docs_say_them(world):
     assert "`once` runs at 01:30 EDT and `twice` at 01:30 EDT and 01:30 EST" in text
     assert len(runs_of_day("30 1 * * *", "America/New_York", "2027-11-07", dst_repeated="twice")) == 2
     assert "the jump is on 2027-10-03 and the repeat on 2027-04-04" in text
+
+
+def test_the_loop_makes_both_passes_with_twice(world):
+    # Berlin falls back on 2027-10-31 (02:30 local twice: 00:30Z and 01:30Z).
+    start = datetime(2027, 10, 29, 12, tzinfo=UTC)
+    schedule = make_schedule(name="twice", cron="30 2 * * *", timezone="Europe/Berlin", now=start)
+    Schedule.objects.filter(pk=schedule.pk).update(dst_repeated="twice")
+    for _ in range(4):
+        fresh = Schedule.objects.get(pk=schedule.pk)
+        schedules_materialize(now=fresh.advance_at + timedelta(seconds=5))
+    made = sorted(c.occurrence_at for c in calls_of(schedule) if c.status != "Cancelled")
+    fall_back = [at for at in made if at.date() == datetime(2027, 10, 31).date()]
+    assert fall_back == [datetime(2027, 10, 31, 0, 30, tzinfo=UTC), datetime(2027, 10, 31, 1, 30, tzinfo=UTC)]
+
+
+def test_a_rename_plans_nothing_again_and_a_change_of_choice_applies(world):
+    api = ApiClient(world.acme_key)
+    schedule = make_schedule(name="plain", cron="30 2 * * *", timezone="Europe/Berlin")
+    made_ahead = calls_of(schedule)[0].pk
+    renamed = api.patch(f"/api/tenants/acme/schedules/{schedule.pk}", {"name": "renamed"})
+    assert renamed.status_code == 200, renamed.json()
+    assert [c.pk for c in calls_of(schedule) if c.status == "Scheduled"] == [made_ahead]  # not planned again
+    changed = api.patch(f"/api/tenants/acme/schedules/{schedule.pk}", {"dstRepeated": "twice", "dstSkipped": "skip"})
+    assert (changed.json()["dstRepeated"], changed.json()["dstSkipped"]) == ("twice", "skip")
+    schedule.refresh_from_db()
+    assert (schedule.dst_repeated, schedule.dst_skipped) == ("twice", "skip")

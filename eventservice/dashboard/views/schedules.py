@@ -304,7 +304,9 @@ def schedule_detail(request: HttpRequest, schedule_id: uuid.UUID) -> HttpRespons
         "jitter_s": schedule.jitter_ms / 1000,
         "dst": None
         if schedule.every_s
-        else dst_preview(schedule.cron, schedule.timezone, after=utcnow(), start_at=schedule.start_at),
+        else dst_preview(
+            schedule.cron, schedule.timezone, after=utcnow(), start_at=schedule.start_at, end_at=schedule.end_at
+        ),
         # Each call with its occurrence as the schedule's zone shows it.
         "calls": [
             (call, run_rows([call.occurrence_at], schedule.timezone)[0]) for call in schedule_calls(schedule=schedule)
