@@ -231,9 +231,9 @@ def schedule_occurrences(
     schedule: Any, *, after: datetime, start_at: datetime | None = None, end_at: datetime | None = None
 ) -> Iterator[datetime]:
     """The occurrences of a stored schedule (its cron in its zone, or its interval from its anchor:
-    `startAt`, else its creation, to the second) strictly after `after`."""
+    `startAt` as given, else its creation to the second) strictly after `after`."""
     if schedule.every_s:
-        anchor = (schedule.start_at or schedule.created_at).replace(microsecond=0)
+        anchor = schedule.start_at or schedule.created_at.replace(microsecond=0)
         return interval_occurrences(schedule.every_s, anchor, after=after, start_at=start_at, end_at=end_at)
     return occurrences(
         schedule.cron,

@@ -26,7 +26,7 @@ from orchestration.services import (
     RotationResult,
     retry_policy_within_ceilings,
 )
-from schedules.cron import schedule_occurrences
+from schedules.cron import interval_occurrences, schedule_occurrences
 from schedules.making import cancel_waiting, make_occurrence_call, replan
 from schedules.models import Schedule
 from schedules.selectors import schedule_get, waiting_calls
@@ -89,6 +89,14 @@ def schedule_create(
     if data.retry_policy is not None:
         retry_policy_within_ceilings(tenant_id=tenant_id, policy=data.retry_policy)
     _check_connection(tenant_id, data.request_spec)
+    if data.every_s and data.end_at is not None:
+        # As for a cron (validation's plan check): the window must hold an occurrence.
+        anchor = data.start_at or now.replace(microsecond=0)
+        first = next(interval_occurrences(data.every_s, anchor, after=now, start_at=data.start_at), None)
+        if first is None or first > data.end_at:
+            raise ValidationFailed(
+                {"endAt": ["No occurrence of the interval falls between startAt (or now) and endAt."]}
+            )
     with transaction.atomic():
         # The tenant's row, locked: two creates never both take the last place.
         list(Tenant.objects.select_for_update().filter(pk=tenant_id).values_list("pk", flat=True))

@@ -118,3 +118,16 @@ def test_the_page_and_create_schedule_take_an_interval(world):
         "--url=http://a.b/",
     )
     assert both.code != 0
+
+
+def test_a_window_that_holds_no_interval_occurrence_is_refused_and_startat_anchors_to_the_millisecond(world):
+    api = ApiClient(world.acme_key)
+    now = datetime.now(UTC)
+    body = interval()
+    # Runs at -1h, +5h, ...: none before the end.
+    body.update(every="6h", startAt=iso_ms(now - timedelta(hours=1)), endAt=iso_ms(now + timedelta(minutes=90)))
+    answer = api.post(SCHEDULES, body)
+    assert answer.status_code == 400 and "endAt" in answer.json()["errors"], answer.json()
+    start = (now + timedelta(hours=1)).replace(microsecond=500_000)
+    made = api.post(SCHEDULES, {**interval(), "startAt": iso_ms(start)}).json()
+    assert made["nextRuns"][0]["at"] == iso_ms(start)
