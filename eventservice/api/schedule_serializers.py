@@ -21,7 +21,38 @@ CRON_HELP = (
 ZONE_HELP = "An IANA time zone name (`Europe/Berlin`); default `UTC`. DST follows Debian cron's rules."
 
 
-class CreateScheduleSerializer(serializers.Serializer):
+class SchedulePoliciesSerializer(serializers.Serializer):
+    """The policies a create and a PATCH take alike (docs/schedules.md)."""
+
+    catchupWindow = serializers.RegexField(
+        r"^[0-9]{1,7}[smhd]$",
+        required=False,
+        help_text="Missed occurrences no older than this run once each, oldest first; older ones are skipped "
+        "(`90s`, `15m`, `6h`, `30d`; default `1m`, at most `30d`).",
+    )
+    pausedNote = serializers.CharField(
+        required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
+    )
+    dstSkipped = serializers.ChoiceField(
+        choices=["afterJump", "skip"],
+        required=False,
+        help_text="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
+    )
+    dstRepeated = serializers.ChoiceField(
+        choices=["once", "twice"],
+        required=False,
+        help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
+    )
+    jitterMs = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=3_600_000,
+        help_text="Each occurrence's call is due up to this much later, by an offset of its own, the same on every "
+        "cluster (default 0).",
+    )
+
+
+class CreateScheduleSerializer(SchedulePoliciesSerializer):
     name = serializers.RegexField(NAME_PATTERN, max_length=200)
     cron = serializers.CharField(max_length=120, required=False, help_text=CRON_HELP + " Or give `every`.")
     every = serializers.RegexField(
@@ -43,35 +74,9 @@ class CreateScheduleSerializer(serializers.Serializer):
         required=False, allow_null=True, help_text="No occurrence after it; in the future, after startAt."
     )
     paused = serializers.BooleanField(required=False, help_text="Created paused: it makes no call until resumed.")
-    catchupWindow = serializers.RegexField(
-        r"^[0-9]{1,7}[smhd]$",
-        required=False,
-        help_text="Missed occurrences no older than this run once each, oldest first; older ones are skipped "
-        "(`90s`, `15m`, `6h`, `30d`; default `1m`, at most `30d`).",
-    )
-    pausedNote = serializers.CharField(
-        required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
-    )
-    dstSkipped = serializers.ChoiceField(
-        choices=["afterJump", "skip"],
-        required=False,
-        help_text="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
-    )
-    dstRepeated = serializers.ChoiceField(
-        choices=["once", "twice"],
-        required=False,
-        help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
-    )
-    jitterMs = serializers.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=3_600_000,
-        help_text="Each occurrence's call is due up to this much later, by an offset of its own, the same on every "
-        "cluster (default 0).",
-    )
 
 
-class UpdateScheduleSerializer(serializers.Serializer):
+class UpdateScheduleSerializer(SchedulePoliciesSerializer):
     """What a PATCH may change; an absent field stays as it is, null clears startAt, endAt and
     retryPolicy."""
 
@@ -88,32 +93,6 @@ class UpdateScheduleSerializer(serializers.Serializer):
     endAt = serializers.DateTimeField(required=False, allow_null=True)
     paused = serializers.BooleanField(
         required=False, help_text="true pauses (the call made ahead is cancelled); false resumes from now."
-    )
-    catchupWindow = serializers.RegexField(
-        r"^[0-9]{1,7}[smhd]$",
-        required=False,
-        help_text="Missed occurrences no older than this run once each, oldest first; older ones are skipped "
-        "(`90s`, `15m`, `6h`, `30d`; default `1m`, at most `30d`).",
-    )
-    pausedNote = serializers.CharField(
-        required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
-    )
-    dstSkipped = serializers.ChoiceField(
-        choices=["afterJump", "skip"],
-        required=False,
-        help_text="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
-    )
-    dstRepeated = serializers.ChoiceField(
-        choices=["once", "twice"],
-        required=False,
-        help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
-    )
-    jitterMs = serializers.IntegerField(
-        required=False,
-        min_value=0,
-        max_value=3_600_000,
-        help_text="Each occurrence's call is due up to this much later, by an offset of its own, the same on every "
-        "cluster (default 0).",
     )
 
 
