@@ -25,6 +25,7 @@ from orchestration.models import ServiceCall
 from schedules.cron import next_occurrences
 from schedules.making import make_occurrence as _make
 from schedules.models import Schedule
+from schedules.services import backfill_plan, schedule_backfill
 from tests.support.schedules import make_schedule
 from tests.workers.cluster import database_url
 
@@ -143,3 +144,34 @@ def test_one_occurrence_made_from_two_connections_at_once_is_one_call(world):
 
     assert len(answers) == 2 and answers[0] == answers[1]
     assert ServiceCall.objects.filter(schedule_id=schedule.schedule_id, occurrence_at=at).count() == 1
+
+
+def test_a_backfill_asked_from_two_connections_at_once_makes_each_call_once(world):
+    """docs/schedules.md, "Backfill": the same past range asked twice at the same instant."""
+    schedule = make_schedule(name="backfilled", cron="*/10 * * * *", timezone="UTC")
+    end = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(hours=1)
+    start = end - timedelta(hours=2)
+    plan = backfill_plan(tenant_id="acme", schedule_id=schedule.pk, start=start, end=end)
+    barrier = threading.Barrier(2)
+    made: list[int] = []
+
+    def backfill() -> None:
+        try:
+            barrier.wait(timeout=10)
+            made.append(len(schedule_backfill(tenant_id="acme", schedule_id=schedule.pk, instants=plan).made))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=backfill) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert sorted(made) == [0, len(plan)]  # the schedule's row lock: one makes them, the other finds them
+    live = Counter(
+        ServiceCall.objects.filter(schedule_id=schedule.pk, occurrence_at__lte=end)
+        .exclude(status=ServiceCall.Status.CANCELLED)
+        .values_list("occurrence_at", flat=True)
+    )
+    assert sorted(live) == plan and set(live.values()) == {1}
