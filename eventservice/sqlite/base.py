@@ -69,6 +69,15 @@ def _after_fork_in_child() -> None:
         except OSError:
             pass
     _flock_fds.clear()
+    # The forking thread's own connections forget the turn they held: ending it in the child
+    # would close those descriptors a second time, by then perhaps another file's (the
+    # database's own), whose writes would then land in whatever took the number.
+    from django.db import connections
+
+    for wrapper in connections.all(initialized_only=True):
+        if isinstance(wrapper, DatabaseWrapper):
+            wrapper._writer = None
+            wrapper._turn = None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

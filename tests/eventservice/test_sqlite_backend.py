@@ -257,6 +257,28 @@ def test_a_forked_child_does_not_keep_its_parents_turn():
         os.waitpid(child, 0)
 
 
+def test_a_forked_child_forgets_the_turn_its_connection_held_and_never_closes_it_again():
+    """A fork while the forking thread's transaction holds the turn: the child's copy of the
+    connection must not close the turn's descriptors again (by then another file's)."""
+    import fcntl
+    import os
+
+    from eventservice.sqlite.base import _close, _flock
+
+    fd = _flock(_paths()[0], fcntl.LOCK_EX, 1)
+    connection.ensure_connection()
+    connection._writer = [fd]
+    try:
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if connection._writer is None and connection._turn is None else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        connection._writer = None
+        _close([fd])
+
+
 def test_the_cursor_converts_placeholders_once_per_statement_and_long_ones_each_time():
     from eventservice.sqlite.base import CONVERSION_REMEMBERED_UP_TO, _qmark
 
