@@ -197,6 +197,14 @@ def connection_get(*, tenant_id: str, name: str) -> Connection:
     return found
 
 
+def _locked(tenant_id: str, name: str) -> Connection:
+    """The tenant's connection of that name, its row locked (inside a transaction); NotFound else."""
+    found = Connection.objects.select_for_update().filter(tenant_id=tenant_id, name=name).first()
+    if found is None:
+        raise NotFound(f"No connection named {str(name)[:64]!r}.")
+    return found
+
+
 def connection_create(*, tenant_id: str, data: ConnectionInput) -> Connection:
     now = utcnow()
     with transaction.atomic():
@@ -228,8 +236,7 @@ def connection_update(*, tenant_id: str, name: str, data: ConnectionInput) -> Co
     attempt: the version rises, so no token fetched before is used again."""
     now = utcnow()
     with transaction.atomic():
-        connection = connection_get(tenant_id=tenant_id, name=name)
-        connection = Connection.objects.select_for_update().get(pk=connection.pk)
+        connection = _locked(tenant_id, name)
         config = {**connection.config, **data.config}
         if connection.kind == Kind.OAUTH2_CLIENT_CREDENTIALS and config.get("clientAuth") is None:
             config["clientAuth"] = "basic"
@@ -252,8 +259,7 @@ def connection_users(*, tenant_id: str, name: str) -> list[str]:
 def connection_delete(*, tenant_id: str, name: str) -> None:
     """Delete a connection that nothing live names; Conflict (409) naming what does otherwise."""
     with transaction.atomic():
-        connection = connection_get(tenant_id=tenant_id, name=name)
-        Connection.objects.select_for_update().filter(pk=connection.pk).first()
+        connection = _locked(tenant_id, name)
         users = connection_users(tenant_id=tenant_id, name=name)
         if users:
             raise Conflict(f"Connection {name!r} is in use by {', '.join(users)}: cancel or change them first.")

@@ -24,7 +24,7 @@ from core.text import NOT_VISIBLE as _NOT_VISIBLE
 from core.text import first_of as _first_of
 from execution.connections import connection_reference_error
 from execution.egress import header_key
-from execution.targets import MAX_HEADER_VALUE, header_name_error, header_value_error, url_error  # noqa: F401 (re-exported)
+from execution.targets import header_name_error, header_value_error, url_error
 from orchestration.retries import RetryPolicy, policy_errors
 
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

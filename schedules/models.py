@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from core.fields import JSONField
-from schedules.cron import duration_text
+from schedules.cron import DST_REPEATED, DST_SKIPPED, duration_text
 
 
 class Schedule(models.Model):
@@ -63,7 +63,7 @@ class Schedule(models.Model):
         ordering = ["-schedule_id"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(dst_skipped__in=["afterJump", "skip"]) & Q(dst_repeated__in=["once", "twice"]),
+                condition=Q(dst_skipped__in=list(DST_SKIPPED)) & Q(dst_repeated__in=list(DST_REPEATED)),
                 name="schedules_dst_choices_valid",
             ),
             # A cron, or an interval: one of the two.

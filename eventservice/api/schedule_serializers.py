@@ -11,6 +11,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from eventservice.api import service_call_serializers as s
+from schedules.cron import DST_REPEATED, DST_SKIPPED
 from schedules.representation import State
 
 NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"
@@ -34,12 +35,12 @@ class SchedulePoliciesSerializer(serializers.Serializer):
         required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
     )
     dstSkipped = serializers.ChoiceField(
-        choices=["afterJump", "skip"],
+        choices=DST_SKIPPED,
         required=False,
         help_text="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
     )
     dstRepeated = serializers.ChoiceField(
-        choices=["once", "twice"],
+        choices=DST_REPEATED,
         required=False,
         help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
     )

@@ -21,7 +21,7 @@ from eventservice.api import schedule_serializers as ss
 from eventservice.api.base import TenantApiView, TenantCollectionApi
 from eventservice.api.schema import PAGING_PARAMS, TENANT_PARAM, problem_responses
 from eventservice.api.throttles import submissions_charge
-from schedules.cron import dst_preview, next_occurrences
+from schedules.cron import DST_REPEATED, DST_SKIPPED, dst_preview, next_occurrences
 from schedules.models import Schedule
 from schedules.representation import (
     NEXT_RUNS,
@@ -105,8 +105,8 @@ class SchedulePreviewApi(TenantApiView):
             TENANT_PARAM,
             OpenApiParameter("cron", str, required=True, description=ss.CRON_HELP),
             OpenApiParameter("timezone", str, description=ss.ZONE_HELP),
-            OpenApiParameter("dstSkipped", str, enum=["afterJump", "skip"], description="The spring-forward choice."),
-            OpenApiParameter("dstRepeated", str, enum=["once", "twice"], description="The fall-back choice."),
+            OpenApiParameter("dstSkipped", str, enum=DST_SKIPPED, description="The spring-forward choice."),
+            OpenApiParameter("dstRepeated", str, enum=DST_REPEATED, description="The fall-back choice."),
         ],
         responses={200: ss.PreviewSerializer, **_problems(400, 401, 404)},
     )

@@ -92,13 +92,16 @@ def test_the_api_and_the_preview_show_what_each_choice_does_on_the_next_transiti
     api = ApiClient(world.acme_key)
     made = api.post(
         "/api/tenants/acme/schedules",
-        schedule_payload(cron="30 1 * * *", timezone="America/New_York", dstRepeated="twice", dstSkipped="skip"),
+        schedule_payload(cron="30 2 * * *", timezone="Europe/Berlin", dstRepeated="twice", dstSkipped="skip"),
     )
     assert made.status_code == 201, made.json()
     body = made.json()
     assert (body["dstSkipped"], body["dstRepeated"]) == ("skip", "twice")
+    # 02:30 in Berlin falls in both of its transitions: whichever comes next, the choices differ there.
     transition = body["nextDstTransition"]
-    assert transition is None or set(transition["runs"]) in ({"afterJump", "skip"}, {"once", "twice"})
+    assert transition["kind"] in ("springForward", "fallBack")
+    first, second = transition["runs"].values()
+    assert set(transition["runs"]) in ({"afterJump", "skip"}, {"once", "twice"}) and first != second
     preview = api.get(
         "/api/tenants/acme/schedules/preview", {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "dstSkipped": "skip"}
     ).json()

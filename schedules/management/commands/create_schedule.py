@@ -11,7 +11,7 @@ from core.errors import ApplicationError
 from core.ids import iso_ms
 from orchestration.cli import add_request_arguments, request_spec_from_options
 from orchestration.validation import MAX_TIMEOUT_MS
-from schedules.cron import local_iso
+from schedules.cron import DST_REPEATED, DST_SKIPPED, local_iso
 from schedules.representation import next_runs
 from schedules.services import schedule_create
 from schedules.validation import validate_schedule
@@ -77,12 +77,12 @@ class Command(BaseCommand):
         parser.add_argument("--paused-note", metavar="TEXT", help="Why it is paused (with --paused).")
         parser.add_argument(
             "--dst-skipped",
-            choices=["afterJump", "skip"],
+            choices=DST_SKIPPED,
             help="A local time the spring-forward jump skips: run right after the jump (default) or skip it.",
         )
         parser.add_argument(
             "--dst-repeated",
-            choices=["once", "twice"],
+            choices=DST_REPEATED,
             help="A local time the fall-back repeats: run on its first pass (default) or on both.",
         )
         parser.add_argument(
