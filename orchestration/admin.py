@@ -145,6 +145,10 @@ class ServiceCallAdmin(ReadOnlyAdmin):
         "correlation_id",
         "idempotency_key",
         "rerun_of",
+        "schedule_id",
+        "occurrence_at",
+        "overlap",
+        "overlap_state",
         "events_shown",
     )
     readonly_fields = fields

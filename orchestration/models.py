@@ -10,6 +10,10 @@ from execution.outcomes import ErrorKind
 
 FAVORITE_TAG = "favorite"
 
+# What a schedule's call does when it falls due while another call of its schedule is still
+# going (docs/schedules.md, "Overlap"; orchestration.services.overlap decides).
+OVERLAP_POLICIES = ("skip", "bufferOne", "allowAll", "cancelOther")
+
 
 class ServiceCall(models.Model):
     class Status(models.TextChoices):
@@ -54,6 +58,12 @@ class ServiceCall(models.Model):
     # (docs/schedules.md). No foreign key: deleting a schedule leaves its calls as they are.
     schedule_id = models.UUIDField(null=True, blank=True)
     occurrence_at = models.DateTimeField(null=True, blank=True)
+    # A schedule's call: its overlap policy, copied from the schedule when made ("" on other
+    # calls), and what the policy did to it: "" nothing, `buffered` it waited (or waits) for the
+    # schedule's previous call, `skipped` it never ran for that call, `superseded` a later
+    # occurrence cancelled it (cancelOther) after it had tried.
+    overlap = models.CharField(max_length=12, blank=True, default="")
+    overlap_state = models.CharField(max_length=12, blank=True, default="")
     # Flow control (docs/flow-control.md): the host the request goes to, as limits name it
     # (orchestration.flow.target_host; null on rows older than flow control), and, while a
     # due call waits for room under its tenant's limits, since when and in which queue (its
@@ -108,6 +118,12 @@ class ServiceCall(models.Model):
                 condition=Q(status="Failed") | Q(error_kind__isnull=True),
                 name="service_calls_error_kind_only_failed",
             ),
+            models.CheckConstraint(
+                condition=Q(overlap__in=["", *OVERLAP_POLICIES])
+                & Q(overlap_state__in=["", "buffered", "skipped", "superseded"])
+                & (~Q(overlap_state__in=["skipped", "superseded"]) | Q(status="Cancelled")),
+                name="service_calls_overlap_valid",
+            ),
             # Only a Scheduled call waits for flow control.
             models.CheckConstraint(
                 condition=Q(status="Scheduled") | Q(held_since__isnull=True),
@@ -136,6 +152,19 @@ class ServiceCall(models.Model):
                 fields=["tenant", "due_at", "service_call_id"],
                 condition=Q(status="Scheduled", held_since__isnull=True),
                 name="service_calls_startable_tenant",
+            ),
+            # A schedule's calls that are not finished: what its overlap policy looks at when one
+            # falls due, and what a finish of one releases (orchestration.services.overlap).
+            models.Index(
+                fields=["tenant", "schedule_id", "occurrence_at"],
+                condition=Q(schedule_id__isnull=False, status__in=["Scheduled", "Running"]),
+                name="service_calls_schedule_live",
+            ),
+            # A schedule's occurrences its overlap policy skipped, counted (its skippedCount).
+            models.Index(
+                fields=["tenant", "schedule_id"],
+                condition=Q(overlap_state="skipped"),
+                name="service_calls_overlap_skipped",
             ),
             # Flow control's held calls (orchestration.admission): the tenants that have any,
             # each tenant's queues, and the oldest calls of a queue, each an index probe.

@@ -104,6 +104,8 @@ def service_call_representation(
         "lastError": _last_error(call),
         "scheduleId": str(call.schedule_id) if call.schedule_id else None,
         "occurrenceAt": iso_ms(call.occurrence_at),
+        "overlap": call.overlap or None,
+        "overlapState": call.overlap_state or None,
         # Flow control (docs/flow-control.md): how long it waited for room, the wait in progress included.
         "heldSince": iso_ms(call.held_since),
         "heldMs": held_ms_of(call),

@@ -16,7 +16,7 @@ from orchestration.services import public_request_spec
 from schedules.cron import local_iso
 from schedules.models import Schedule
 from schedules.representation import next_runs
-from schedules.selectors import schedule_calls
+from schedules.selectors import schedule_calls, skipped_of, with_overlap_skipped
 from schedules.services import schedule_set_paused
 from tenants.admin import ReadOnlyAdmin
 
@@ -27,7 +27,7 @@ def _pretty_json(value) -> str:
 
 @admin.register(Schedule)
 class ScheduleAdmin(ReadOnlyAdmin):
-    list_display = ("name", "tenant", "plan_text", "timezone", "paused", "next_run", "skipped_count", "created_at")
+    list_display = ("name", "tenant", "plan_text", "timezone", "paused", "next_run", "skipped", "created_at")
     list_filter = ("paused", ("tenant", admin.RelatedOnlyFieldListFilter))
     list_select_related = ("tenant",)
     search_fields = ("name", "cron")
@@ -45,12 +45,13 @@ class ScheduleAdmin(ReadOnlyAdmin):
         "end_at",
         "paused",
         "paused_note",
+        "overlap",
         "catchup_window_s",
         "jitter_ms",
         "next_runs_shown",
         "last_occurrence_at",
-        "skipped_count",
-        "skipped_reasons",
+        "skipped",
+        "skipped_by_reason",
         "request_shown",
         "tags",
         "retry_policy_shown",
@@ -60,6 +61,17 @@ class ScheduleAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
     actions = ["pause", "resume"]
+
+    def get_queryset(self, request):
+        return with_overlap_skipped(super().get_queryset(request))
+
+    @admin.display(description="skipped")
+    def skipped(self, obj: Schedule) -> int:
+        return skipped_of(obj)[0]
+
+    @admin.display(description="skipped, by reason")
+    def skipped_by_reason(self, obj: Schedule) -> str:
+        return ", ".join(f"{reason}: {count}" for reason, count in sorted(skipped_of(obj)[1].items())) or "—"
 
     @admin.display(description="next run (its zone)")
     def next_run(self, obj: Schedule) -> str:
@@ -97,6 +109,7 @@ class ScheduleAdmin(ReadOnlyAdmin):
                         short_id(call.service_call_id),
                         local_iso(call.occurrence_at, obj.timezone),
                         call.status,
+                        call.overlap_state,
                     )
                     for call in calls
                 ),

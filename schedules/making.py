@@ -16,7 +16,7 @@ from core.db.wakeups import Channel, notify
 from core.errors import Conflict, NotFound
 from orchestration.models import ServiceCall
 from orchestration.retries import RetryPolicy
-from orchestration.services import service_call_cancel, service_call_submit
+from orchestration.services import Occurrence, service_call_cancel, service_call_submit
 from orchestration.validation import Submission
 from schedules.cron import jitter_of, next_schedule_occurrences, schedule_occurrences
 from schedules.models import Schedule
@@ -56,10 +56,13 @@ def make_occurrence(schedule: Schedule, at: datetime, *, at_once: bool = False) 
     return make_occurrence_call(schedule, at, at_once=at_once)[0]
 
 
-def make_occurrence_call(schedule: Schedule, at: datetime, *, at_once: bool = False) -> tuple[ServiceCall, bool]:
+def make_occurrence_call(
+    schedule: Schedule, at: datetime, *, at_once: bool = False, overlap: str | None = None
+) -> tuple[ServiceCall, bool]:
     """The call of the occurrence `at` and whether it was made now (False: the occurrence's live
     call, made before, by this or another cluster's loop, or by an earlier backfill); `at_once`:
-    due now rather than at its time (a past occurrence)."""
+    due now rather than at its time (a past occurrence); `overlap`: the policy the call takes
+    instead of the schedule's (a backfill's)."""
     submission, sealed = occurrence_submission(schedule, at, at_once=at_once)
     return service_call_submit(
         tenant_id=schedule.tenant_id,
@@ -67,7 +70,7 @@ def make_occurrence_call(schedule: Schedule, at: datetime, *, at_once: bool = Fa
         # Every call of a schedule correlates with the schedule (logs, events).
         correlation_id=str(schedule.schedule_id),
         sealed_headers=sealed,
-        occurrence=(schedule.schedule_id, at),
+        occurrence=Occurrence(schedule.schedule_id, at, overlap or schedule.overlap),
     )
 
 

@@ -7,6 +7,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from core.fields import JSONField
+from orchestration.models import OVERLAP_POLICIES
 from schedules.cron import DST_REPEATED, DST_SKIPPED, duration_text
 
 
@@ -37,6 +38,9 @@ class Schedule(models.Model):
     paused = models.BooleanField(default=False)
     # Why it is paused, shown wherever the pause shows (empty: no note).
     paused_note = models.CharField(max_length=500, blank=True, default="")
+    # What an occurrence's call does when it falls due while an earlier call of the schedule is
+    # still going (orchestration.models.OVERLAP_POLICIES; docs/schedules.md, "Overlap").
+    overlap = models.CharField(max_length=12, default="skip")
     # Missed occurrences no older than this run once each, oldest first; older ones are skipped
     # (docs/schedules.md, "Missed occurrences").
     catchup_window_s = models.PositiveIntegerField(default=60)
@@ -66,6 +70,7 @@ class Schedule(models.Model):
                 condition=Q(dst_skipped__in=list(DST_SKIPPED)) & Q(dst_repeated__in=list(DST_REPEATED)),
                 name="schedules_dst_choices_valid",
             ),
+            models.CheckConstraint(condition=Q(overlap__in=list(OVERLAP_POLICIES)), name="schedules_overlap_valid"),
             # A cron, or an interval: one of the two.
             models.CheckConstraint(
                 condition=(Q(every_s__isnull=True) & ~Q(cron="")) | (Q(every_s__isnull=False) & Q(cron="")),

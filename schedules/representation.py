@@ -16,6 +16,7 @@ from orchestration.representation import service_call_representation
 from orchestration.services import public_request_spec
 from schedules.cron import dst_preview, jitter_of, local_iso, next_schedule_occurrences
 from schedules.models import Schedule
+from schedules.selectors import skipped_of
 from schedules.validation import duration_text
 
 NEXT_RUNS = 5
@@ -88,6 +89,7 @@ def schedule_representation(
     """A schedule as the list shows it: its settings, its state and its next run."""
     if runs is None:
         runs = next_runs(schedule, now=now, count=1)
+    skipped, by_reason = skipped_of(schedule)
     return {
         "scheduleId": str(schedule.schedule_id),
         "tenantId": schedule.tenant_id,
@@ -109,8 +111,9 @@ def schedule_representation(
         "state": schedule_state(schedule, runs),
         "nextRun": schedule_run(schedule, runs[0]) if runs else None,
         "lastOccurrenceAt": iso_ms(schedule.last_occurrence_at),
-        "skippedCount": schedule.skipped_count,
-        "skippedByReason": dict(schedule.skipped_reasons or {}),
+        "overlap": schedule.overlap,
+        "skippedCount": skipped,
+        "skippedByReason": by_reason,
         "createdAt": iso_ms(schedule.created_at),
         "updatedAt": iso_ms(schedule.updated_at),
         "links": schedule_links(schedule, request=request, base_url=base_url),

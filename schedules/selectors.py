@@ -6,7 +6,8 @@ import uuid
 from collections.abc import Collection
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from core.errors import NotFound
 from orchestration.models import ServiceCall
@@ -26,8 +27,40 @@ def _uuid(raw: uuid.UUID | str) -> uuid.UUID | None:
 
 
 def schedules_for_tenant(*, tenant_id: str) -> QuerySet[Schedule]:
-    """A tenant's schedules, newest first (UUID v7 order; uses schedules_tenant)."""
-    return Schedule.objects.filter(tenant_id=tenant_id).order_by("-schedule_id")
+    """A tenant's schedules, newest first (UUID v7 order; uses schedules_tenant), each with the
+    occurrences its overlap policy skipped (`overlap_skipped`, for skipped_of)."""
+    return with_overlap_skipped(Schedule.objects.filter(tenant_id=tenant_id).order_by("-schedule_id"))
+
+
+def _overlap_skipped_calls() -> QuerySet[ServiceCall]:
+    # service_calls_overlap_skipped: an index probe a schedule.
+    return ServiceCall.objects.filter(overlap_state="skipped")
+
+
+def with_overlap_skipped(rows: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """The schedules, each with how many of its occurrences its overlap policy skipped: the
+    calls say it (orchestration decides an overlap and marks the call skipped), so it is
+    counted from them rather than written on the schedule by the start of a call."""
+    count = (
+        _overlap_skipped_calls()
+        .filter(tenant_id=OuterRef("tenant_id"), schedule_id=OuterRef("pk"))
+        .values("schedule_id")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return rows.annotate(overlap_skipped=Coalesce(Subquery(count), 0))
+
+
+def skipped_of(schedule: Schedule) -> tuple[int, dict[str, int]]:
+    """Its skipped occurrences, in all and by reason (docs/schedules.md, "Skipped occurrences"):
+    those the loop counted (catch-up window, DST) and those its overlap policy skipped."""
+    overlap = getattr(schedule, "overlap_skipped", None)
+    if overlap is None:
+        overlap = _overlap_skipped_calls().filter(tenant_id=schedule.tenant_id, schedule_id=schedule.pk).count()
+    reasons = dict(schedule.skipped_reasons or {})
+    if overlap:
+        reasons["overlap"] = overlap
+    return schedule.skipped_count + overlap, reasons
 
 
 def schedule_get(*, tenant_id: str, schedule_id: uuid.UUID | str) -> Schedule:
@@ -102,4 +135,5 @@ def skipped_occurrences_by_reason() -> dict[str, int]:
     for reasons in Schedule.objects.exclude(skipped_count=0).values_list("skipped_reasons", flat=True):
         for reason, count in (reasons or {}).items():
             totals[reason] = totals.get(reason, 0) + int(count)
+    totals["overlap"] = _overlap_skipped_calls().count()
     return totals

@@ -114,6 +114,7 @@ def schedule_create(
             timezone=data.timezone or "UTC",
             dst_skipped=data.dst_skipped or "afterJump",
             dst_repeated=data.dst_repeated or "once",
+            overlap=data.overlap or "skip",
             request_spec=_spec_sealed(data.request_spec or {}),
             tags=list(data.tags or []),
             retry_policy=data.retry_policy.as_wire() if data.retry_policy else None,
@@ -152,7 +153,7 @@ def schedule_update(
         schedule = _locked(tenant_id, schedule_id)
         was_paused = schedule.paused
         before = _plan_of(schedule)
-        calls_before = (schedule.tags, schedule.retry_policy)
+        calls_before = (schedule.tags, schedule.retry_policy, schedule.overlap)
         if "name" in given:
             schedule.name = data.name
         if "cron" in given and data.cron:
@@ -187,13 +188,17 @@ def schedule_update(
             schedule.dst_skipped = data.dst_skipped
         if "dstRepeated" in given:
             schedule.dst_repeated = data.dst_repeated
+        if "overlap" in given:
+            schedule.overlap = data.overlap
         time_changed = _plan_of(schedule) != before
         if time_changed and schedule.cron:
             check_plan(
                 cron=schedule.cron, zone=schedule.timezone, start_at=schedule.start_at, end_at=schedule.end_at, now=now
             )
         call_changed = (
-            "requestSpec" in given or "jitterMs" in given or (schedule.tags, schedule.retry_policy) != calls_before
+            "requestSpec" in given
+            or "jitterMs" in given
+            or (schedule.tags, schedule.retry_policy, schedule.overlap) != calls_before
         )
         if schedule.paused != was_paused or time_changed or call_changed:
             replan(schedule, now=now, correlation_id=correlation_id, call_changed=call_changed)
@@ -283,15 +288,17 @@ def backfill_plan(*, tenant_id: str, schedule_id: uuid.UUID | str, start: dateti
     return instants
 
 
-def schedule_backfill(*, tenant_id: str, schedule_id: uuid.UUID | str, instants: list[datetime]) -> Backfill:
+def schedule_backfill(
+    *, tenant_id: str, schedule_id: uuid.UUID | str, instants: list[datetime], overlap: str | None = None
+) -> Backfill:
     """Make a call for each occurrence of `instants` (backfill_plan) that has no live call (one
-    that was skipped or cancelled gets a new one), due at once, in occurrence order; an occurrence
-    that has its live call keeps it, so a backfill asked again makes nothing twice
-    (docs/schedules.md, "Backfill")."""
+    that was skipped or cancelled gets a new one), due at once, in occurrence order, under the
+    schedule's overlap policy or `overlap`; an occurrence that has its live call keeps it, so a
+    backfill asked again makes nothing twice (docs/schedules.md, "Backfill")."""
     result = Backfill()
     with transaction.atomic():
         schedule = _locked(tenant_id, schedule_id)
         for at in instants:
-            call, created = make_occurrence_call(schedule, at, at_once=True)
+            call, created = make_occurrence_call(schedule, at, at_once=True, overlap=overlap)
             (result.made if created else result.existing).append(call)
     return result

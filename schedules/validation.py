@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from core.errors import ValidationFailed
 from core.ids import utcnow
 from core.text import name_problem
+from orchestration.models import OVERLAP_POLICIES
 from orchestration.retries import RetryPolicy
 from orchestration.validation import json_value_error, one_year_after, validate_submission
 from schedules.cron import (  # noqa: F401 (duration_text: re-exported for the pages)
@@ -50,6 +51,7 @@ FIELDS = (
     "jitterMs",
     "dstSkipped",
     "dstRepeated",
+    "overlap",
 )
 MAX_JITTER_MS = 3_600_000
 MAX_PAUSED_NOTE = 500
@@ -88,6 +90,7 @@ class ScheduleInput:
     every_s: int | None = None
     dst_skipped: str | None = None
     dst_repeated: str | None = None
+    overlap: str | None = None
 
 
 class _Errors:
@@ -212,7 +215,7 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
     ):
         errors.add("jitterMs", f"jitterMs is an integer from 0 to {MAX_JITTER_MS} (one hour).")
 
-    for name, allowed in (("dstSkipped", DST_SKIPPED), ("dstRepeated", DST_REPEATED)):
+    for name, allowed in (("dstSkipped", DST_SKIPPED), ("dstRepeated", DST_REPEATED), ("overlap", OVERLAP_POLICIES)):
         if name in data and data[name] not in allowed:
             errors.add(name, f"{name} is one of {', '.join(allowed)}.")
 
@@ -262,6 +265,7 @@ def validate_schedule(data: Any, *, partial: bool = False, now: datetime | None 
         every_s=every_s,
         dst_skipped=data.get("dstSkipped") if "dstSkipped" in given else None,
         dst_repeated=data.get("dstRepeated") if "dstRepeated" in given else None,
+        overlap=data.get("overlap") if "overlap" in given else None,
     )
 
 
@@ -322,16 +326,20 @@ def validate_preview(
 BACKFILL_MAX = 1000
 
 
-def validate_backfill(data: Any, *, now: datetime | None = None) -> tuple[datetime, datetime]:
-    """A backfill's `{from, to}`: two instants, `from` before `to`, `to` not in the future (the
-    occurrences to make are past ones; how many, at most BACKFILL_MAX, is counted by the service).
-    ValidationFailed naming each bad field."""
+def validate_backfill(data: Any, *, now: datetime | None = None) -> tuple[datetime, datetime, str | None]:
+    """A backfill's `{from, to, overlap?}`: two instants, `from` before `to`, `to` not in the
+    future (the occurrences to make are past ones; how many, at most BACKFILL_MAX, is counted by
+    the service), and the overlap policy its calls take instead of the schedule's (None: the
+    schedule's). ValidationFailed naming each bad field."""
     if not isinstance(data, dict):
         raise ValidationFailed({"body": ['A JSON object is required: {"from": "...", "to": "..."}.']})
     now = now or utcnow()
     errors = _Errors()
-    for name in sorted(set(data) - {"from", "to"}):
+    for name in sorted(set(data) - {"from", "to", "overlap"}):
         errors.add(name, "Unknown field.")
+    overlap = data.get("overlap")
+    if overlap is not None and overlap not in OVERLAP_POLICIES:
+        errors.add("overlap", f"overlap is one of {', '.join(OVERLAP_POLICIES)} (or absent: the schedule's).")
     found: dict[str, datetime] = {}
     for name in ("from", "to"):
         if data.get(name) is None:
@@ -350,4 +358,4 @@ def validate_backfill(data: Any, *, now: datetime | None = None) -> tuple[dateti
         errors.add("to", "to must be after from.")
     if errors.errors:
         raise ValidationFailed(errors.errors)
-    return found["from"], found["to"]
+    return found["from"], found["to"], overlap

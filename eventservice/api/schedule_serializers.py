@@ -11,6 +11,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from eventservice.api import service_call_serializers as s
+from orchestration.models import OVERLAP_POLICIES
 from schedules.cron import DST_REPEATED, DST_SKIPPED
 from schedules.representation import State
 
@@ -18,6 +19,12 @@ NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"
 CRON_HELP = (
     "Five fields, minute hour day-of-month month day-of-week (cron syntax, names and ranges allowed), "
     "evaluated in `timezone`. Six fields (seconds) are refused: the shortest interval is a minute."
+)
+OVERLAP_HELP = (
+    "When an occurrence falls due while an earlier call of the schedule is still going (Running, or waiting for "
+    "a retry): `skip` it (default), `bufferOne` (it runs once nothing is going; one waits at most, a second is "
+    "skipped), `allowAll` (it runs beside), `cancelOther` (the earlier calls still Scheduled are cancelled; a "
+    "Running one finishes its attempt)."
 )
 ZONE_HELP = "An IANA time zone name (`Europe/Berlin`); default `UTC`. DST follows Debian cron's rules."
 
@@ -44,6 +51,7 @@ class SchedulePoliciesSerializer(serializers.Serializer):
         required=False,
         help_text="A local time the fall-back repeats: run on its first pass (default) or on both.",
     )
+    overlap = serializers.ChoiceField(choices=OVERLAP_POLICIES, required=False, help_text=OVERLAP_HELP)
     jitterMs = serializers.IntegerField(
         required=False,
         min_value=0,
@@ -136,9 +144,10 @@ class ScheduleSerializer(serializers.Serializer):
     jitterMs = serializers.IntegerField(help_text="Each occurrence's call is due up to this much later.")
     dstSkipped = serializers.CharField(help_text="`afterJump` or `skip`.")
     dstRepeated = serializers.CharField(help_text="`once` or `twice`.")
+    overlap = serializers.CharField(help_text="`skip`, `bufferOne`, `allowAll` or `cancelOther`.")
     skippedCount = serializers.IntegerField(help_text="Occurrences skipped and never run.")
     skippedByReason = serializers.DictField(
-        child=serializers.IntegerField(), help_text="The same, by reason (`catchupWindow`)."
+        child=serializers.IntegerField(), help_text="The same, by reason (`catchupWindow`, `dstSkipped`, `overlap`)."
     )
     createdAt = serializers.DateTimeField()
     updatedAt = serializers.DateTimeField()
@@ -186,6 +195,11 @@ BackfillInputSerializer = type(
     {
         "from": serializers.DateTimeField(help_text="The range's first instant."),
         "to": serializers.DateTimeField(help_text="The range's last instant (not in the future)."),
+        "overlap": serializers.ChoiceField(
+            choices=OVERLAP_POLICIES,
+            required=False,
+            help_text="The overlap policy of the backfill's calls, instead of the schedule's.",
+        ),
     },
 )
 

@@ -188,18 +188,19 @@ class ScheduleBackfillApi(TenantCollectionApi):
         description=(
             "One call for each occurrence of the cron in `[from, to]` (`to` not in the future) that has no live call: "
             "one never made, skipped (the catch-up window) or cancelled gets a call due at once, run in occurrence "
-            "order; one that has its call keeps it, so asking again makes nothing twice. At most 1,000 occurrences "
-            "(more: 400 naming `to`, nothing made). Each occurrence of the range counts against the submissions ceiling."
+            "order under the schedule's overlap policy (or `overlap`, for this backfill); one that has its call keeps "
+            "it, so asking again makes nothing twice. At most 1,000 occurrences (more: 400 naming `to`, nothing "
+            "made). Each occurrence of the range counts against the submissions ceiling."
         ),
         parameters=[TENANT_PARAM, SCHEDULE_PARAM],
         request=ss.BackfillInputSerializer,
         responses={200: ss.BackfillSerializer, **_problems(400, 401, 403, 404, 413, 429)},
     )
     def post(self, request: Request, tenant_id: str, schedule_id: str) -> Response:
-        start, end = validate_backfill(request.data)
+        start, end, overlap = validate_backfill(request.data)
         instants = backfill_plan(tenant_id=self.tenant_id, schedule_id=schedule_id, start=start, end=end)
         submissions_charge(request, self, len(instants))
-        done = schedule_backfill(tenant_id=self.tenant_id, schedule_id=schedule_id, instants=instants)
+        done = schedule_backfill(tenant_id=self.tenant_id, schedule_id=schedule_id, instants=instants, overlap=overlap)
         calls = sorted([*done.made, *done.existing], key=lambda call: call.occurrence_at)
         made = {call.pk for call in done.made}
         return Response(

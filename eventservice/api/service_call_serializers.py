@@ -135,6 +135,15 @@ class ServiceCallSerializer(serializers.Serializer):
     occurrenceAt = serializers.DateTimeField(
         allow_null=True, help_text="Which of its schedule's occurrences this call is (UTC)."
     )
+    overlap = serializers.CharField(
+        allow_null=True, help_text="Its schedule's overlap policy, as the call was made (null: not a schedule's call)."
+    )
+    overlapState = serializers.CharField(
+        allow_null=True,
+        help_text="What the overlap policy did: `buffered` (it waited, or waits, for the schedule's earlier call), "
+        "`skipped` (cancelled, never ran: an earlier call was still going), `superseded` (cancelled after trying: "
+        "a later occurrence took over, cancelOther); null: nothing.",
+    )
     heldSince = serializers.DateTimeField(
         allow_null=True,
         help_text="Set while the call is due but waits for room under its tenant's flow-control limits.",

@@ -11,7 +11,7 @@ what they share. Import from `orchestration.services`: the names below are its p
 
 from orchestration.services.batch import BATCH_MAX, BatchResult, service_calls_submit_batch
 from orchestration.services.bulk import BULK_MAX, BulkResult, bulk_calls_matched, service_calls_bulk
-from orchestration.services.calls import EVENT_BODY_SNIPPET, CallKey, StartedCall, public_request_spec
+from orchestration.services.calls import EVENT_BODY_SNIPPET, CallKey, Occurrence, StartedCall, public_request_spec
 from orchestration.services.cancel import service_call_cancel
 from orchestration.services.finish import service_call_finish, service_call_interrupt, service_calls_finish
 from orchestration.services.rerun import service_call_rerun
@@ -36,6 +36,7 @@ __all__ = [
     "BulkResult",
     "bulk_calls_matched",
     "CallKey",
+    "Occurrence",
     "RotationResult",
     "StartedCall",
     "public_request_spec",

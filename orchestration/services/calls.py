@@ -10,7 +10,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 
@@ -32,6 +32,15 @@ class CallKey:
     # For an outcome: the attempt it belongs to. A finish for any other attempt than the
     # call's current one changes nothing.
     attempt: int | None = None
+
+
+class Occurrence(NamedTuple):
+    """Marks the call a schedule makes: which schedule, which of its occurrences, and the
+    schedule's overlap policy the call carries (orchestration.services.overlap)."""
+
+    schedule_id: uuid.UUID
+    at: datetime
+    overlap: str = "skip"
 
 
 @dataclass(frozen=True)

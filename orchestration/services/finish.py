@@ -21,6 +21,7 @@ from orchestration.retries import (
     should_retry,
 )
 from orchestration.services.calls import CallKey, call_event, enqueue_start
+from orchestration.services.overlap import BUFFER_ONE, overlap_release
 from outbox.models import OutboxEvent
 from outbox.services import outbox_append
 from timer.services import timer_rearm
@@ -44,14 +45,15 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
             row[0]: row[1:]
             for row in ServiceCall.objects.select_for_update()
             .filter(pk__in=[key.service_call_id for key, _ in results], status=ServiceCall.Status.RUNNING)
-            .values_list("service_call_id", "correlation_id", "attempts", "retry_policy")
+            .values_list("service_call_id", "correlation_id", "attempts", "retry_policy", "schedule_id", "overlap")
         }
+        ended = set()  # the schedules (bufferOne) a call of which ends
         rows, events, retries = [], [], []
         for key, outcome in results:
             found = running.pop(key.service_call_id, None)  # pop: a duplicate counts once
             if found is None:
                 continue
-            correlation_id, attempt, policy = found
+            correlation_id, attempt, policy, schedule_id, overlap = found
             if key.attempt is not None and key.attempt != attempt:
                 continue
             call = ServiceCall(
@@ -69,6 +71,8 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
                 )
                 continue
             status = ServiceCall.Status.SUCCEEDED if outcome.succeeded else ServiceCall.Status.FAILED
+            if overlap == BUFFER_ONE:
+                ended.add((key.tenant_id, schedule_id))
             rows.append(
                 (
                     status,
@@ -100,6 +104,7 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
             )
         if events:
             outbox_append(events=events)
+        overlap_release(ended, now=now)
     return len(rows) + len(retries)
 
 

@@ -25,6 +25,7 @@ from orchestration.models import ServiceCall
 from orchestration.selectors import service_calls_overdue, startable_due
 from orchestration.services.calls import CallKey, StartedCall, call_event
 from orchestration.services.finish import service_calls_finish
+from orchestration.services.overlap import overlap_decide
 from outbox.models import OutboxEvent
 from outbox.services import outbox_append
 from timer.selectors import calls_with_pending_timer
@@ -110,11 +111,17 @@ _START_FIELDS = (
     "held_since",
     "held_queue",
     "held_ms",
+    "schedule_id",
+    "occurrence_at",
+    "overlap",
+    "overlap_state",
 )
 
 
 def _start_rows(rows: list[ServiceCall], *, now: datetime) -> list[StartedCall]:
-    """Scheduled -> Running for these locked rows (inside the caller's transaction)."""
+    """Scheduled -> Running for these locked rows (inside the caller's transaction): those a
+    schedule's overlap policy lets start, and then flow control."""
+    rows = overlap_decide(rows, now=now)
     rows, now, later = admit(rows, now=now)
     if not rows:
         return []

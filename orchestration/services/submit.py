@@ -10,7 +10,6 @@ import hmac
 import json
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -28,7 +27,13 @@ from orchestration.retries import (
     policy_capped,
     policy_ceiling_errors,
 )
-from orchestration.services.calls import EVENT_BODY_SNIPPET, call_event, enqueue_start, public_request_spec
+from orchestration.services.calls import (
+    EVENT_BODY_SNIPPET,
+    Occurrence,
+    call_event,
+    enqueue_start,
+    public_request_spec,
+)
 from orchestration.validation import Submission
 from outbox.models import OutboxEvent
 from outbox.services import NewEvent, PreparedEvents, outbox_append, outbox_prepare
@@ -50,13 +55,12 @@ def service_call_submit(
     correlation_id: str,
     rerun_of: uuid.UUID | None = None,
     sealed_headers: dict[str, Any] | None = None,
-    occurrence: tuple[uuid.UUID, datetime] | None = None,
+    occurrence: Occurrence | None = None,
 ) -> tuple[ServiceCall, bool]:
     """Store a call as Scheduled with its tags, events and timer. Returns (call, created).
 
     A reused idempotency key with the same payload returns the existing call (created=False);
-    with a different payload it raises Conflict. `occurrence` (schedule id, occurrence time)
-    marks the call a schedule makes: an occurrence already made returns that call
+    with a different payload it raises Conflict. `occurrence` marks the call a schedule makes: an occurrence already made returns that call
     (created=False), whoever made it.
     """
     if submission.retry_policy is not None:
@@ -96,7 +100,9 @@ def service_call_submit(
         if occurrence is not None:
             # Another cluster made this occurrence first (service_calls_schedule_occurrence).
             existing = (
-                ServiceCall.objects.filter(tenant_id=tenant_id, schedule_id=occurrence[0], occurrence_at=occurrence[1])
+                ServiceCall.objects.filter(
+                    tenant_id=tenant_id, schedule_id=occurrence.schedule_id, occurrence_at=occurrence.at
+                )
                 .exclude(status=ServiceCall.Status.CANCELLED)
                 .first()
             )
@@ -163,7 +169,7 @@ def _new_call(
     fingerprint: str,
     rerun_of: uuid.UUID | None,
     sealed_headers: dict[str, Any] | None,
-    occurrence: tuple[uuid.UUID, datetime] | None,
+    occurrence: Occurrence | None,
 ) -> _NewCall:
     # The id and the time are taken here, before the write lock: on SQLite two submissions
     # waiting for it may then commit in another order than their ids, as concurrent
@@ -191,8 +197,9 @@ def _new_call(
         request_fingerprint=fingerprint,
         rerun_of=rerun_of,
         retry_policy=submission.retry_policy.as_wire() if submission.retry_policy else None,
-        schedule_id=occurrence[0] if occurrence else None,
-        occurrence_at=occurrence[1] if occurrence else None,
+        schedule_id=occurrence.schedule_id if occurrence else None,
+        occurrence_at=occurrence.at if occurrence else None,
+        overlap=occurrence.overlap if occurrence else "",
         target_host=target_host(submission.url),
     )
     new_events = [
@@ -206,7 +213,11 @@ def _new_call(
                 "dueAt": iso_ms(due_at),
                 "tags": submission.tags,
                 **({"retryPolicy": call.retry_policy} if call.retry_policy else {}),
-                **({"scheduleId": str(occurrence[0]), "occurrenceAt": iso_ms(occurrence[1])} if occurrence else {}),
+                **(
+                    {"scheduleId": str(occurrence.schedule_id), "occurrenceAt": iso_ms(occurrence.at)}
+                    if occurrence
+                    else {}
+                ),
                 **({"rerunOf": str(rerun_of)} if rerun_of else {}),
             },
             now,

@@ -38,6 +38,8 @@ def test_it_accepts_a_call_with_202_location_and_the_representation(acme_api):
         "lastError",
         "scheduleId",
         "occurrenceAt",
+        "overlap",
+        "overlapState",
         "heldSince",
         "heldMs",
         "correlationId",

@@ -82,13 +82,16 @@ def test_the_create_page_previews_the_next_runs_live_and_the_schedule_pauses_and
 
 def test_a_schedule_page_shows_its_policies_pauses_with_a_note_and_runs_a_past_range(page, world):
     schedule = make_schedule(name="Berlin nightly", cron="30 2 * * *", timezone="Europe/Berlin")
-    Schedule.objects.filter(pk=schedule.pk).update(dst_skipped="skip", jitter_ms=600_000, catchup_window_s=7200)
+    Schedule.objects.filter(pk=schedule.pk).update(
+        dst_skipped="skip", jitter_ms=600_000, catchup_window_s=7200, overlap="bufferOne"
+    )
     log_in(page, "owner", "pw-owner-123")
     page.goto(f"/schedules/{schedule.pk}/")
     facts = page.locator(".facts")
     expect(facts).to_contain_text("a skipped local time is skipped")
     expect(facts).to_contain_text("up to 600 s")
     expect(facts).to_contain_text("2h")
+    expect(page.locator("#overlap")).to_contain_text("bufferOne")
     expect(page.locator("#dst-preview")).to_contain_text("afterJump")
     screenshot(page, "schedule-policies")
 
@@ -96,8 +99,11 @@ def test_a_schedule_page_shows_its_policies_pauses_with_a_note_and_runs_a_past_r
     yesterday = (datetime.now(UTC) - timedelta(days=1)).astimezone(ZoneInfo("Europe/Berlin"))
     page.locator("#backfill-from").fill(yesterday.strftime("%Y-%m-%dT00:00"))
     page.locator("#backfill-to").fill(yesterday.strftime("%Y-%m-%dT23:59"))
+    page.locator("#backfill-overlap").select_option("allowAll")
     page.get_by_role("button", name="Run them").click()
     expect(page.locator(".messages")).to_contain_text("1 occurrence(s) of the range run now")
+    backfilled = ServiceCall.objects.get(schedule_id=schedule.pk, occurrence_at__lt=datetime.now(UTC))
+    assert backfilled.overlap == "allowAll"
 
     page.get_by_label("Why (optional)").fill("vendor maintenance")
     page.get_by_role("button", name="Pause").click()

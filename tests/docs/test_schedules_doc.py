@@ -167,3 +167,67 @@ def test_the_console_session(world):
         row = row.replace(re.escape("<schedule id>"), re.escape(schedule_id))
         row = re.sub(r"<next\\ run.*?>", r"\\d{4}-\\d\\d-\\d\\dT0[23]:[03]0:00\\+0[12]:00", row)
         assert re.fullmatch(row, got[1]), (want[1], got[1])
+
+
+OVERLAP_ROW = re.compile(
+    r"^\| `(?P<policy>\w+)` \| (?P<first>[^|]+) \| (?P<second>[^|]+) \| (?P<third>[^|]+) \|$", re.M
+)
+
+
+@pytest.mark.django_db
+def test_the_overlap_table_is_what_each_policy_does(world):
+    """Each row played with the engine's own starts and finishes: 00:00 fails and waits for its
+    retry; 00:15 falls due; the retry comes due and answers; a call 00:15 buffered starts once
+    released; 00:30 falls due after all that. Times are the order of these steps."""
+    from execution.outcomes import ErrorKind, Outcome
+    from orchestration.services import CallKey, service_calls_finish, service_calls_start
+    from schedules.making import make_occurrence_call
+
+    section = DOC.read_text().split("<!-- example: overlap -->", 1)[1].split("\n\n", 1)[0]
+    rows = {row["policy"]: row for row in OVERLAP_ROW.finditer(section) if row["policy"] != "overlap"}
+    assert set(rows) == {"skip", "bufferOne", "allowAll", "cancelOther"}
+    retry = {"maxAttempts": 2, "minBackoffMs": 600_000, "maxBackoffMs": 600_000, "retryOn": ["HttpError5xx"]}
+    base = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
+    ok = Outcome(succeeded=True, status=200)
+
+    def started(call) -> bool:
+        return bool(service_calls_start(keys=[CallKey("acme", call.pk)]))
+
+    def answer(call, outcome=ok) -> None:
+        attempt = ServiceCall.objects.get(pk=call.pk).attempts
+        service_calls_finish(results=[(CallKey("acme", call.pk, attempt), outcome)])
+
+    for policy, row in rows.items():
+        schedule = make_schedule(
+            name=policy, cron="*/15 * * * *", timezone="UTC", paused=True, overlap=policy, retry_policy=retry
+        )
+        first = make_occurrence_call(schedule, base, at_once=True)[0]
+        assert started(first)
+        answer(first, Outcome.failure(ErrorKind.HTTP_ERROR, "503", status=503))  # its retry waits
+        second = make_occurrence_call(schedule, base + timedelta(minutes=15), at_once=True)[0]
+        if started(second):
+            answer(second)
+        ServiceCall.objects.filter(pk=first.pk, status="Scheduled").update(due_at=datetime.now(UTC))
+        if started(first):
+            answer(first)
+        if started(second):  # released by the retry's answer
+            answer(second)
+        third = make_occurrence_call(schedule, base + timedelta(minutes=30), at_once=True)[0]
+        assert started(third)
+        answer(third)
+        first, second, third = (ServiceCall.objects.get(pk=call.pk) for call in (first, second, third))
+
+        if row["first"].strip() == "retried at 00:20":
+            assert (first.status, first.attempts) == ("Succeeded", 2), policy
+        else:
+            assert row["first"].strip() == "cancelled at 00:15", policy
+            assert (first.status, first.overlap_state) == ("Cancelled", "superseded"), policy
+        shown = row["second"].strip()
+        if shown == "skipped":
+            assert (second.status, second.overlap_state) == ("Cancelled", "skipped"), policy
+        elif shown.startswith("runs at 00:20"):
+            assert second.status == "Succeeded" and second.started_at >= first.finished_at, policy
+        else:
+            assert shown == "runs at 00:15", policy
+            assert second.status == "Succeeded" and second.started_at <= first.finished_at, policy
+        assert row["third"].strip() == "runs" and third.status == "Succeeded", policy

@@ -116,3 +116,5 @@ def test_the_documented_command_runs_as_written(world):
     result = call(*argv)
     assert result.code == 0, result.err
     assert len(result.out.strip().splitlines()) == 7 and "seven occurrences, 00:00 to 06:00 inclusive" in section
+    made = ServiceCall.objects.filter(schedule_id=schedule.pk, occurrence_at__lt=datetime.now(UTC))
+    assert set(made.values_list("overlap", flat=True)) == {"allowAll"}  # the command's --overlap

@@ -56,6 +56,7 @@ def make_schedule(
     paused: bool | None = None,
     now: datetime | None = None,
     connection: str | None = None,
+    overlap: str | None = None,
 ) -> Schedule:
     """A schedule stored as every edge stores one (validation, then schedule_create), its first
     call made ahead unless paused. `now` is the clock the service plans from."""
@@ -75,6 +76,8 @@ def make_schedule(
         data["endAt"] = end_at.isoformat()
     if paused is not None:
         data["paused"] = paused
+    if overlap is not None:
+        data["overlap"] = overlap
     return schedule_create(tenant_id=tenant_id, data=validate_schedule(data, now=now), now=now)
 
 

@@ -30,7 +30,7 @@ from orchestration.services import public_request_spec
 from schedules.cron import CronError, dst_preview, jitter_of, next_occurrences, parse_cron, parse_zone, zone_names
 from schedules.models import Schedule
 from schedules.representation import NEXT_RUNS, next_runs, schedule_state
-from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant
+from schedules.selectors import schedule_calls, schedule_get, schedules_for_tenant, skipped_of
 from schedules.services import backfill_plan, schedule_backfill, schedule_create, schedule_delete, schedule_update
 from schedules.validation import duration_text, validate_backfill, validate_schedule
 
@@ -48,7 +48,16 @@ WIRE_FIELDS = {
     "jitterMs": "jitter_ms",
     "dstSkipped": "dst_skipped",
     "dstRepeated": "dst_repeated",
+    "overlap": "overlap",
 }
+
+# The overlap policies as the pages name them (docs/schedules.md, "Overlap").
+OVERLAP_CHOICES = [
+    ("skip", "skip it"),
+    ("bufferOne", "run it when the earlier call ends (one waits at most)"),
+    ("allowAll", "run it beside"),
+    ("cancelOther", "cancel the earlier calls still waiting, and run it"),
+]
 
 
 class ScheduleForm(RequestForm):
@@ -97,6 +106,12 @@ class ScheduleForm(RequestForm):
         label="A local time the fall-back repeats",
         choices=[("once", "runs once (its first pass)"), ("twice", "runs on both passes")],
         initial="once",
+        required=False,
+    )
+    overlap = forms.ChoiceField(
+        label="When an occurrence falls due while an earlier call is still going",
+        choices=OVERLAP_CHOICES,
+        initial="skip",
         required=False,
     )
     jitter_ms = forms.IntegerField(
@@ -168,7 +183,7 @@ class ScheduleForm(RequestForm):
             data["catchupWindow"] = cleaned["catchup_window"]
         if cleaned.get("jitter_ms") is not None:
             data["jitterMs"] = cleaned["jitter_ms"]
-        for field, wire in (("dst_skipped", "dstSkipped"), ("dst_repeated", "dstRepeated")):
+        for field, wire in (("dst_skipped", "dstSkipped"), ("dst_repeated", "dstRepeated"), ("overlap", "overlap")):
             if cleaned.get(field):
                 data[wire] = cleaned[field]
         return data
@@ -232,6 +247,7 @@ def schedules_page(request: HttpRequest) -> HttpResponse:
                 "state": schedule_state(schedule, runs),
                 "badge": STATE_BADGES[schedule_state(schedule, runs)],
                 "next": run_rows(runs, schedule.timezone)[0] if runs else None,
+                "skipped": skipped_of(schedule)[0],
             }
         )
     return render(request, "dashboard/schedules.html", {"rows": rows})
@@ -301,6 +317,9 @@ def schedule_detail(request: HttpRequest, schedule_id: uuid.UUID) -> HttpRespons
         else None,
         "spec": public_request_spec(schedule.request_spec),
         "catchup_window": duration_text(schedule.catchup_window_s),
+        "skipped": skipped_of(schedule),
+        "overlap": dict(OVERLAP_CHOICES)[schedule.overlap],
+        "overlap_choices": OVERLAP_CHOICES,
         "jitter_s": schedule.jitter_ms / 1000,
         "dst": None
         if schedule.every_s
@@ -377,8 +396,10 @@ def schedule_backfill_view(request: HttpRequest, schedule_id: uuid.UUID) -> Http
         except ValueError:
             messages.error(request, f"Nothing was run: give {name} as a date and time.")
             return HttpResponseRedirect(_detail_url(schedule))
+    if request.POST.get("overlap"):
+        instants["overlap"] = request.POST["overlap"]
     try:
-        start, end = validate_backfill(instants)
+        start, end, overlap = validate_backfill(instants)
         plan = backfill_plan(tenant_id=request.tenant.id, schedule_id=schedule.schedule_id, start=start, end=end)
     except ValidationFailed as exc:
         messages.error(request, "Nothing was run. " + " ".join(m for found in exc.errors.values() for m in found))
@@ -387,7 +408,9 @@ def schedule_backfill_view(request: HttpRequest, schedule_id: uuid.UUID) -> Http
     if over:
         messages.error(request, f"Nothing was run. {over}")
         return HttpResponseRedirect(_detail_url(schedule))
-    done = schedule_backfill(tenant_id=request.tenant.id, schedule_id=schedule.schedule_id, instants=plan)
+    done = schedule_backfill(
+        tenant_id=request.tenant.id, schedule_id=schedule.schedule_id, instants=plan, overlap=overlap
+    )
     messages.success(
         request,
         f"{len(done.made)} occurrence(s) of the range run now; {len(done.existing)} had their call already.",

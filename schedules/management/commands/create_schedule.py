@@ -10,6 +10,7 @@ from core.cli import command_error
 from core.errors import ApplicationError
 from core.ids import iso_ms
 from orchestration.cli import add_request_arguments, request_spec_from_options
+from orchestration.models import OVERLAP_POLICIES
 from orchestration.validation import MAX_TIMEOUT_MS
 from schedules.cron import DST_REPEATED, DST_SKIPPED, local_iso
 from schedules.representation import next_runs
@@ -35,6 +36,7 @@ OPTION_OF_FIELD = {
     "catchupWindow": "--catchup-window",
     "pausedNote": "--paused-note",
     "jitterMs": "--jitter-ms",
+    "overlap": "--overlap",
 }
 
 
@@ -84,6 +86,12 @@ class Command(BaseCommand):
             "--dst-repeated",
             choices=DST_REPEATED,
             help="A local time the fall-back repeats: run on its first pass (default) or on both.",
+        )
+        parser.add_argument(
+            "--overlap",
+            choices=OVERLAP_POLICIES,
+            help="When an occurrence falls due while an earlier call is still going: skip it (default), "
+            "bufferOne (run it when that one ends), allowAll, cancelOther (cancel the earlier calls still Scheduled).",
         )
         parser.add_argument(
             "--jitter-ms", type=int, metavar="N", help="Each occurrence's call is due up to N ms later (0-3600000)."
@@ -138,4 +146,6 @@ class Command(BaseCommand):
             data["jitterMs"] = options["jitter_ms"]
         if options["catchup_window"] is not None:
             data["catchupWindow"] = options["catchup_window"]
+        if options["overlap"] is not None:
+            data["overlap"] = options["overlap"]
         return data
