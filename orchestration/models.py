@@ -62,8 +62,8 @@ class ServiceCall(models.Model):
     # calls), and what the policy did to it: "" nothing, `buffered` it waited (or waits) for the
     # schedule's previous call, `skipped` it never ran for that call, `superseded` a later
     # occurrence cancelled it (cancelOther) after it had tried.
-    overlap = models.CharField(max_length=12, blank=True, default="")
-    overlap_state = models.CharField(max_length=12, blank=True, default="")
+    overlap = models.CharField(max_length=12, blank=True, default="", db_default="")
+    overlap_state = models.CharField(max_length=12, blank=True, default="", db_default="")
     # Flow control (docs/flow-control.md): the host the request goes to, as limits name it
     # (orchestration.flow.target_host; null on rows older than flow control), and, while a
     # due call waits for room under its tenant's limits, since when and in which queue (its

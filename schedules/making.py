@@ -107,14 +107,17 @@ def cancel_waiting(calls: Iterable[ServiceCall], correlation_id: str | None) -> 
 
 
 def replan(schedule: Schedule, *, now: datetime, correlation_id: str | None, call_changed: bool) -> None:
-    """Plan the schedule from `now` again: what waits is cancelled and the first occurrence
-    from now on is made. A waiting call for that very occurrence is kept when nothing that
+    """Plan the schedule from `now` again: what waits for an occurrence to come is cancelled (all
+    that waits, for a pause) and the first occurrence from now on is made. A waiting call for that very occurrence is kept when nothing that
     goes into a call changed (a new end, a new start that does not move it)."""
     waiting = waiting_calls(tenant_id=schedule.tenant_id, schedule_id=schedule.schedule_id, lock=True)
     if schedule.paused:
         cancel_waiting(waiting, correlation_id)
         schedule.advance_at = None
         return
+    # A past occurrence's call (a catch-up's, a backfill's, one its overlap policy buffers) was
+    # asked for as it is: a change plans the occurrences to come, it runs as made.
+    waiting = [call for call in waiting if call.occurrence_at > now]
     first = next_schedule_occurrences(schedule, after=now, count=1, start_at=schedule.start_at, end_at=schedule.end_at)
     keep = None
     if first and not call_changed:

@@ -52,7 +52,7 @@ def with_overlap_skipped(rows: QuerySet[Schedule]) -> QuerySet[Schedule]:
 
 
 def skipped_of(schedule: Schedule) -> tuple[int, dict[str, int]]:
-    """Its skipped occurrences, in all and by reason (docs/schedules.md, "Skipped occurrences"):
+    """Its skipped occurrences, in all and by reason (docs/schedules.md, "Missed occurrences" and "Overlap"):
     those the loop counted (catch-up window, DST) and those its overlap policy skipped."""
     overlap = getattr(schedule, "overlap_skipped", None)
     if overlap is None:
@@ -135,5 +135,6 @@ def skipped_occurrences_by_reason() -> dict[str, int]:
     for reasons in Schedule.objects.exclude(skipped_count=0).values_list("skipped_reasons", flat=True):
         for reason, count in (reasons or {}).items():
             totals[reason] = totals.get(reason, 0) + int(count)
-    totals["overlap"] = _overlap_skipped_calls().count()
+    # Of the schedules that exist, as the loop's counts: a deleted schedule takes its own along.
+    totals["overlap"] = _overlap_skipped_calls().filter(schedule_id__in=Schedule.objects.values("pk")).count()
     return totals

@@ -11,7 +11,7 @@ from core.ids import iso_ms, utcnow
 from orchestration.admission import held_since_cleared_on_cancel
 from orchestration.models import ServiceCall
 from orchestration.services.calls import call_event, call_get
-from orchestration.services.overlap import BUFFER_ONE, overlap_release
+from orchestration.services.overlap import overlap_release
 from outbox.models import OutboxEvent
 from outbox.services import outbox_append
 from timer.services import timers_discard
@@ -40,7 +40,7 @@ def service_call_cancel(
                 f"Service call {call.service_call_id} is {call.status}; only a Scheduled call can be cancelled."
             )
         timers_discard(keys=[(tenant_id, call.service_call_id)])
-        if call.overlap == BUFFER_ONE and call.attempts:  # it was going: the one it buffers starts
+        if call.schedule_id is not None:  # it may have been going: the call one buffers may start
             overlap_release([(tenant_id, call.schedule_id)], now=now)
         outbox_append(
             events=[

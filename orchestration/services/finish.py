@@ -21,7 +21,7 @@ from orchestration.retries import (
     should_retry,
 )
 from orchestration.services.calls import CallKey, call_event, enqueue_start
-from orchestration.services.overlap import BUFFER_ONE, overlap_release
+from orchestration.services.overlap import overlap_release
 from outbox.models import OutboxEvent
 from outbox.services import outbox_append
 from timer.services import timer_rearm
@@ -45,15 +45,15 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
             row[0]: row[1:]
             for row in ServiceCall.objects.select_for_update()
             .filter(pk__in=[key.service_call_id for key, _ in results], status=ServiceCall.Status.RUNNING)
-            .values_list("service_call_id", "correlation_id", "attempts", "retry_policy", "schedule_id", "overlap")
+            .values_list("service_call_id", "correlation_id", "attempts", "retry_policy", "schedule_id")
         }
-        ended = set()  # the schedules (bufferOne) a call of which ends
+        ended = set()  # the schedules a call of which ends: the call one buffers may start
         rows, events, retries = [], [], []
         for key, outcome in results:
             found = running.pop(key.service_call_id, None)  # pop: a duplicate counts once
             if found is None:
                 continue
-            correlation_id, attempt, policy, schedule_id, overlap = found
+            correlation_id, attempt, policy, schedule_id = found
             if key.attempt is not None and key.attempt != attempt:
                 continue
             call = ServiceCall(
@@ -71,7 +71,7 @@ def service_calls_finish(*, results: Sequence[tuple[CallKey, Outcome]]) -> int:
                 )
                 continue
             status = ServiceCall.Status.SUCCEEDED if outcome.succeeded else ServiceCall.Status.FAILED
-            if overlap == BUFFER_ONE:
+            if schedule_id is not None:
                 ended.add((key.tenant_id, schedule_id))
             rows.append(
                 (

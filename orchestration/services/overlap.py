@@ -75,21 +75,27 @@ def overlap_decide(rows: list[ServiceCall], *, now: datetime) -> list[ServiceCal
     if not groups:
         return rows
     decided = {row.pk for group in groups.values() for row in group}
+    # The batch's other calls of those schedules (a retry, an allowAll call) start with it: going.
+    beside: dict[tuple[str, uuid.UUID], list[ServiceCall]] = defaultdict(list)
+    for row in rows:
+        if row.pk not in decided and (row.tenant_id, row.schedule_id) in groups:
+            beside[(row.tenant_id, row.schedule_id)].append(row)
     siblings, held_elsewhere = _siblings(groups, exclude={row.pk for row in rows}, now=now)
     start: set[uuid.UUID] = set()
     skip: list[ServiceCall] = []
     buffer: list[ServiceCall] = []
     cancel: list[ServiceCall] = []
     put_off: list[ServiceCall] = []
+    first_please: list[ServiceCall] = []
     for key, group in groups.items():
         if key in held_elsewhere:
             put_off += group
             continue
         group.sort(key=lambda row: row.occurrence_at)
         others = siblings.get(key, [])
-        going = any(_going(call, now) for call in others)
-        waiting = any(call.overlap_state == BUFFERED and call.due_at > now for call in others)
-        queued = [call.occurrence_at for call in others if _queued(call, now)]
+        going = bool(beside[key]) or any(_going(call, now) for call in others)
+        waiting = any(_buffered(call, now) for call in others)
+        queued = [call for call in others if _queued(call, now)]
         for index, row in enumerate(group):
             if row.overlap == CANCEL_OTHER:
                 if any(later.overlap == CANCEL_OTHER for later in group[index + 1 :]):
@@ -97,13 +103,17 @@ def overlap_decide(rows: list[ServiceCall], *, now: datetime) -> list[ServiceCal
                     continue
                 cancel += [
                     call
-                    for call in others
+                    for call in [*others, *beside[key]]
                     if call.status == ServiceCall.Status.SCHEDULED and call.occurrence_at < row.occurrence_at
                 ]
                 start.add(row.pk)
                 going = True
-            elif any(at < row.occurrence_at for at in queued):
-                put_off.append(row)  # an earlier occurrence due and not started goes first
+                continue
+            ahead = [call for call in queued if (call.due_at, call.occurrence_at) < (row.due_at, row.occurrence_at)]
+            if ahead:
+                # An earlier occurrence, due before it and not started yet, goes first (at once).
+                put_off.append(row)
+                first_please += ahead
             elif not going:
                 start.add(row.pk)
                 going = True
@@ -116,7 +126,9 @@ def overlap_decide(rows: list[ServiceCall], *, now: datetime) -> list[ServiceCal
     _cancel(cancel, state=None, now=now)
     _buffer(buffer, now=now)
     _put_off(put_off, now=now)
-    return [row for row in rows if row.pk in start or row.pk not in decided]
+    _arm(first_please, at=now)
+    cancelled = {call.pk for call in cancel}
+    return [row for row in rows if row.pk in start or (row.pk not in decided and row.pk not in cancelled)]
 
 
 def _going(call: ServiceCall, now: datetime) -> bool:
@@ -124,6 +136,16 @@ def _going(call: ServiceCall, now: datetime) -> bool:
     if call.status == ServiceCall.Status.RUNNING or call.attempts > 0:
         return True
     return call.overlap_state == BUFFERED and call.due_at <= now
+
+
+def _buffered(call: ServiceCall, now: datetime) -> bool:
+    """Waiting for the schedule's going call (bufferOne), not yet released."""
+    return (
+        call.status == ServiceCall.Status.SCHEDULED
+        and call.attempts == 0
+        and call.overlap_state == BUFFERED
+        and call.due_at > now
+    )
 
 
 def _queued(call: ServiceCall, now: datetime) -> bool:
@@ -141,11 +163,18 @@ def _siblings(
     groups: dict[tuple[str, uuid.UUID], list[ServiceCall]], *, exclude: set[uuid.UUID], now: datetime
 ) -> tuple[dict[tuple[str, uuid.UUID], list[ServiceCall]], set[tuple[str, uuid.UUID]]]:
     """The other unfinished calls of these schedules that bear on a decision (going, waiting, or
-    due before the latest of the group), by schedule, locked; and the schedules one of whose
-    such calls another transaction holds (PostgreSQL: skipped by the lock; on SQLite the write
-    lock keeps others out)."""
-    found: dict[tuple[str, uuid.UUID], list[ServiceCall]] = defaultdict(list)
+    due before the latest of the group), by schedule, as they are once locked; and the
+    schedules one of whose such calls another transaction holds (PostgreSQL: skipped by the
+    lock; on SQLite the write lock keeps others out). A first read finds them, the locking read
+    gives what the decision uses: a change committed in between (a finish) is seen."""
     latest = {key: max(row.occurrence_at for row in group) for key, group in groups.items()}
+
+    def bearing(call: ServiceCall) -> bool:
+        key = (call.tenant_id, call.schedule_id)
+        return key in groups and (
+            _going(call, now) or _buffered(call, now) or (call.due_at <= now and call.occurrence_at < latest[key])
+        )
+
     live = (
         ServiceCall.objects.filter(
             tenant_id__in={tenant_id for tenant_id, _ in groups},
@@ -155,29 +184,23 @@ def _siblings(
         .exclude(pk__in=exclude)
         .only(*_SIBLING_FIELDS)
     )
-    bearing = {}
-    for call in live:
-        key = (call.tenant_id, call.schedule_id)
-        if key in groups and (
-            _going(call, now)
-            or call.overlap_state == BUFFERED
-            or (call.due_at <= now and call.occurrence_at < latest[key])
-        ):
-            bearing[call.pk] = call
-    if not bearing:
+    found_first = {call.pk: call for call in live if bearing(call)}
+    found: dict[tuple[str, uuid.UUID], list[ServiceCall]] = defaultdict(list)
+    if not found_first:
         return found, set()
-    locked = set(
-        ServiceCall.objects.select_for_update(skip_locked=True)
-        .filter(pk__in=list(bearing))
-        .values_list("service_call_id", flat=True)
-    )
+    locked = {
+        call.pk: call
+        for call in ServiceCall.objects.select_for_update(skip_locked=True)
+        .filter(pk__in=list(found_first))
+        .only(*_SIBLING_FIELDS)
+    }
     held = set()
-    for pk, call in bearing.items():
+    for pk, call in found_first.items():
         key = (call.tenant_id, call.schedule_id)
-        if pk in locked:
-            found[key].append(call)
-        else:
+        if pk not in locked:
             held.add(key)
+        elif locked[pk].status in (ServiceCall.Status.SCHEDULED, ServiceCall.Status.RUNNING):
+            found[key].append(locked[pk])
     return found, held
 
 
@@ -226,18 +249,21 @@ def _cancel(calls: list[ServiceCall], *, state: str | None, now: datetime) -> No
 
 def _put_off(calls: list[ServiceCall], *, now: datetime) -> None:
     """Not decided now: their timers fire again in a moment (the call stays due as it was)."""
-    for call in calls:
-        timer_rearm(
-            tenant_id=call.tenant_id, service_call_id=call.pk, due_at=now + PUT_OFF, correlation_id=call.correlation_id
-        )
+    _arm(calls, at=now + PUT_OFF)
+
+
+def _arm(calls: Iterable[ServiceCall], *, at: datetime) -> None:
+    for call in {call.pk: call for call in calls}.values():
+        timer_rearm(tenant_id=call.tenant_id, service_call_id=call.pk, due_at=at, correlation_id=call.correlation_id)
 
 
 def _buffer(calls: list[ServiceCall], *, now: datetime) -> None:
     """These wait for their schedule's going call: due again BUFFER_RECHECK later at the latest."""
     for call in calls:
         due_at = now + BUFFER_RECHECK
+        # A call flow control held and then admitted ends that wait: it waits for its schedule now.
         ServiceCall.objects.filter(pk=call.pk, status=ServiceCall.Status.SCHEDULED).update(
-            due_at=due_at, overlap_state=BUFFERED
+            due_at=due_at, overlap_state=BUFFERED, **held_since_cleared_on_cancel(call, now=now)
         )
         timer_rearm(
             tenant_id=call.tenant_id, service_call_id=call.pk, due_at=due_at, correlation_id=call.correlation_id
@@ -256,6 +282,7 @@ def overlap_release(schedules: Iterable[tuple[str, uuid.UUID]], *, now: datetime
             tenant_id__in={tenant_id for tenant_id, _ in keys},
             schedule_id__in={schedule_id for _, schedule_id in keys},
             status=ServiceCall.Status.SCHEDULED,
+            attempts=0,
             overlap_state=BUFFERED,
             due_at__gt=now,
         ).only("service_call_id", "tenant_id", "schedule_id", "correlation_id")

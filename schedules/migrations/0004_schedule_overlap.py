@@ -11,7 +11,14 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        # The schedules made before the policy existed keep what they did: every occurrence ran
+        # whatever else went on (allowAll); a new schedule skips by default.
         migrations.AddField(
+            model_name='schedule',
+            name='overlap',
+            field=models.CharField(default='allowAll', max_length=12),
+        ),
+        migrations.AlterField(
             model_name='schedule',
             name='overlap',
             field=models.CharField(default='skip', max_length=12),

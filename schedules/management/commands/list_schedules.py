@@ -12,7 +12,7 @@ from core.ids import utcnow
 from schedules.cron import local_iso
 from schedules.models import Schedule
 from schedules.representation import next_runs, schedule_representation, schedule_state
-from schedules.selectors import schedules_for_tenant
+from schedules.selectors import schedules_for_tenant, skipped_of
 from tenants.cli import require_tenant
 
 
@@ -61,7 +61,7 @@ class Command(BaseCommand):
                     row.timezone,
                     schedule_state(row, runs),
                     local_iso(runs[0], row.timezone) if runs else "-",
-                    str(row.skipped_count),
+                    str(skipped_of(row)[0]),
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
