@@ -337,8 +337,20 @@ RESPONSE_BODY_MAX_BYTES = env_int("RESPONSE_BODY_MAX_BYTES", 1024 * 1024, minimu
 RESPONSE_MAX_HEADERS = env_int("RESPONSE_MAX_HEADERS", 100, minimum=1)
 RESPONSE_MAX_HEADER_BYTES = env_int("RESPONSE_MAX_HEADER_BYTES", 64 * 1024, minimum=1024)
 EGRESS_ALLOWLIST = env_list("EGRESS_ALLOWLIST", [])
-# The built-in mock target lives on this server; its address is allowed by default.
-AGENT_BASE_URL = env_str("AGENT_BASE_URL", "") or "http://127.0.0.1:8000"
+# The built-in mock target lives on this server; its address is allowed by default. Unset, it is
+# the URL scripts/start serves this data directory at (it writes DATA_DIR/agent_base_url), so a
+# command from another shell judges the agent's own mock target as the agent's workers do.
+SERVED_BASE_URL_FILE = DATA_DIR / "agent_base_url"
+
+
+def _served_base_url() -> str:
+    try:
+        return SERVED_BASE_URL_FILE.read_text().strip()
+    except OSError:
+        return ""
+
+
+AGENT_BASE_URL = env_str("AGENT_BASE_URL", "") or _served_base_url() or "http://127.0.0.1:8000"
 if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", AGENT_BASE_URL):
     raise SettingsError(f"AGENT_BASE_URL must be an http:// or https:// URL, got {AGENT_BASE_URL!r}")
 SECRET_HEADER_PATTERNS = env_list(

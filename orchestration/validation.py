@@ -18,7 +18,7 @@ from django.conf import settings
 from django.utils.dateparse import parse_datetime
 
 from core.errors import ValidationFailed
-from core.ids import utcnow
+from core.ids import iso_ms, utcnow
 from core.text import MAX_TAG, MAX_TAGS, name_problem, tag_problem  # noqa: F401 (MAX_TAG: the rule's, re-exported)
 from core.text import NOT_VISIBLE as _NOT_VISIBLE
 from core.text import first_of as _first_of
@@ -217,10 +217,25 @@ def one_year_after(moment: datetime) -> datetime:
         return moment.replace(year=moment.year + 1, day=28)
 
 
-def parse_due_at(value: Any, *, now: datetime | None = None) -> datetime | None:
-    """None for "now"; raises ValueError with a message on bad input."""
-    if value is None or value == "":
+# A due time further back than this is worth a word: the call runs at once (docs/api.md).
+PAST_DUE_NOTICE = timedelta(minutes=1)
+
+
+def past_due_warning(due_at: datetime | None, *, now: datetime | None = None) -> str | None:
+    """What to tell whoever gave a due time more than PAST_DUE_NOTICE in the past (it is kept:
+    the call is due at once, as Cloud Tasks does), or None."""
+    now = now or utcnow()
+    if due_at is None or due_at >= now - PAST_DUE_NOTICE:
         return None
+    return f"dueAt {iso_ms(due_at)} is in the past: the call is due now."
+
+
+def parse_due_at(value: Any, *, now: datetime | None = None) -> datetime | None:
+    """None for "now" (absent or null); raises ValueError with a message on bad input."""
+    if value is None:
+        return None
+    if value == "":
+        raise ValueError("dueAt is empty: give an ISO 8601 date-time, or leave it out (or null) to run now.")
     if not isinstance(value, str):
         raise ValueError("dueAt must be an ISO 8601 string with a time zone.")
     text = value.strip()

@@ -111,6 +111,19 @@ def split_tags(text: str) -> list[str]:
     return [tag for tag in _TAG_SPLIT.split(text or "") if tag]
 
 
+# A scheduled time further back than this is said before the call is sent (it runs at once).
+PAST_DUE_CONFIRM = timedelta(minutes=1)
+
+
+def _ago_text(ago: timedelta) -> str:
+    seconds = int(ago.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = seconds // size
+            return f"{count:,} {unit}{'s' if count != 1 else ''}"
+    return f"{seconds} seconds"
+
+
 class RequestForm(forms.Form):
     """The request page. Header rows arrive as repeated header_name / header_value fields."""
 
@@ -163,6 +176,8 @@ class RequestForm(forms.Form):
     # west of UTC, as Date.getTimezoneOffset) for a time without one.
     due_at = forms.CharField(required=False, widget=forms.HiddenInput)
     tz_offset = forms.IntegerField(required=False, widget=forms.HiddenInput, min_value=-24 * 60, max_value=24 * 60)
+    # Set by the "Send it now" button a time in the past asks for (PAST_DUE_CONFIRM).
+    past_ok = forms.BooleanField(required=False, widget=forms.HiddenInput)
     timeout_ms = forms.IntegerField(
         label="Timeout (ms)",
         required=False,
@@ -221,6 +236,8 @@ class RequestForm(forms.Form):
         self.header_rows = header_rows or []
         # Headers whose values are secret whatever their name says (sealed in a copied call).
         self.secret_names = secret_names or set()
+        # The chosen time is in the past: the page offers to send it now (_check_past).
+        self.past_due = False
 
     @classmethod
     def copy_of(cls, call: Any, *, tags: list[str]) -> RequestForm:
@@ -328,7 +345,26 @@ class RequestForm(forms.Form):
                 cleaned["due_iso"] = self._due_iso(cleaned)
             except ValueError as exc:
                 self.add_error("due_local", str(exc))
+            else:
+                self._check_past(cleaned)
         return cleaned
+
+    def _check_past(self, cleaned: dict[str, Any]) -> None:
+        """A due time more than PAST_DUE_CONFIRM ago runs the call at once (as the API does):
+        said before sending, and sent only once confirmed (the "Send it now" button)."""
+        try:
+            due = datetime.fromisoformat(cleaned["due_iso"].replace("Z", "+00:00"))
+        except ValueError:
+            return  # the submission's own check names it
+        if due.tzinfo is None or cleaned.get("past_ok"):
+            return
+        ago = datetime.now(UTC) - due
+        if ago > PAST_DUE_CONFIRM:
+            self.past_due = True
+            self.add_error(
+                "due_local",
+                f"That time is {_ago_text(ago)} ago: the call would run at once. Choose a later time, or send it now.",
+            )
 
     @staticmethod
     def _due_iso(cleaned: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@
     var fields = document.getElementById("schedule-fields");
     var local = form.querySelector("input[name=due_local]");
     var utcNote = document.getElementById("due-utc");
+    var pastNote = document.getElementById("due-past");
 
     function mode() {
       var checked = form.querySelector("input[name=when]:checked");
@@ -21,6 +22,8 @@
       }
       var date = local.value ? new Date(local.value) : null;
       utcNote.textContent = scheduled && date && !isNaN(date) ? "= " + date.toISOString().replace(".000Z", "Z") + " (UTC)" : "";
+      // Said before sending: a time more than a minute ago runs the call at once (the page asks to confirm).
+      pastNote.hidden = !(scheduled && date && !isNaN(date) && date.getTime() < Date.now() - 60 * 1000);
     }
     radios.forEach(function (radio) { radio.addEventListener("change", update); });
     local.addEventListener("input", update);

@@ -70,6 +70,11 @@ def test_a_past_null_or_absent_due_time_means_now(acme_api, due):
     assert response.status_code == 202, response.content
     new = ServiceCall.objects.get(pk=response.json()["serviceCallId"])
     assert new.due_at == new.submitted_at
+    # A past time is said (docs/api.md): the call is kept, due now.
+    warned = response.headers.get("Warning")
+    assert warned == (
+        '299 - "dueAt 2020-01-01T00:00:00.000Z is in the past: the call is due now."' if due == "past" else None
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,6 +84,7 @@ def test_a_past_null_or_absent_due_time_means_now(acme_api, due):
         "tomorrow",
         "2030-01-31T09:30:00",  # no time zone
         "2030-01-31T09:30:00Z\u0000",
+        "",  # the schema's date-time: leave it out, or null, for now
         12345,
         ["2030-01-31T09:30:00Z"],
     ],

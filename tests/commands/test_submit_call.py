@@ -322,9 +322,9 @@ def test_a_refused_url_of_the_agents_mock_target_says_how_to_allow_it(world, def
     assert result.code == 1
     assert (
         "  --url: The URL is refused by the egress policy: the URL points to a loopback "
-        "address, not in EGRESS_ALLOWLIST. To call this agent's mock target from this shell, set "
-        "AGENT_BASE_URL to the agent's address as scripts/start does "
-        "(export AGENT_BASE_URL=http://127.0.0.1:18751)."
+        "address, not in EGRESS_ALLOWLIST. This agent's mock target is http://127.0.0.1:8000/mock/ "
+        "(AGENT_BASE_URL: the address scripts/start serves, or as set); for an agent at "
+        "http://127.0.0.1:18751, export AGENT_BASE_URL=http://127.0.0.1:18751."
     ) in result.err.splitlines()
     assert nothing_stored()
 
@@ -390,3 +390,25 @@ def test_bad_retry_options_name_the_option_and_store_nothing(world):
     result = run("submit_call", *base, "--max-attempts", "3", "--min-backoff-ms", "5000", "--max-backoff-ms", "100")
     assert "--min-backoff-ms: minBackoffMs must not be greater than maxBackoffMs." in result.err
     assert ServiceCall.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_from_another_shell_the_address_scripts_start_serves_is_the_agents_own(world, tmp_path):
+    """scripts/start records the address it serves in DATA_DIR/agent_base_url: a command from a
+    shell without AGENT_BASE_URL judges the mock target as the agent's workers do, so the default
+    port's mock URL is refused at once (the workers would refuse it too) and the served one taken."""
+    from tests.support.agent_process import agent_env, manage
+    from tests.workers.cluster import database_url
+
+    (tmp_path / "agent_base_url").write_text("http://127.0.0.1:8102\n")
+    env = agent_env(tmp_path, DATABASE_URL=database_url(), SECRET_KEY="x" * 50)
+    env.pop("AGENT_BASE_URL", None)
+    env.pop("EGRESS_ALLOWLIST", None)
+    argv = ["submit_call", "--tenant=acme", "--name=ping", "--method=GET"]
+    refused = manage(env, *argv, "--url=http://127.0.0.1:8000/mock/echo")
+    assert refused.returncode == 1, refused.stderr
+    assert "This agent's mock target is http://127.0.0.1:8102/mock/" in refused.stderr
+    assert not ServiceCall.objects.exists()
+    taken = manage(env, *argv, "--url=http://127.0.0.1:8102/mock/echo")
+    assert taken.returncode == 0, taken.stderr
+    assert ServiceCall.objects.get().request_spec["url"] == "http://127.0.0.1:8102/mock/echo"

@@ -114,3 +114,41 @@ def test_nested_wire_names_are_named_too():
         "Tag 3 contains a lone UTF-16 surrogate (U+D800): it is not valid Unicode text."
     )
     assert page_message("names are fine") == "names are fine"
+
+
+def test_a_time_in_the_past_is_said_before_sending_and_sent_only_once_confirmed(owner_client, world):
+    """Past means now (as the API), but the page says so first and asks to confirm."""
+    response = owner_client.post("/calls/new/", _form(due_local="2020-01-01T00:00", tz_offset="0"))
+    assert response.status_code == 400
+    (message,) = response.context["form"].errors["due_local"]
+    assert re.fullmatch(
+        r"That time is [\d,]+ days ago: the call would run at once\. Choose a later time, or send it now\.", message
+    )
+    html = response.content.decode()
+    assert 'id="send-past"' in html and 'name="past_ok"' in html
+    assert not ServiceCall.objects.exists()
+
+    sent = owner_client.post("/calls/new/", _form(due_local="2020-01-01T00:00", tz_offset="0", past_ok="true"))
+    assert sent.status_code == 200
+    call = ServiceCall.objects.get()
+    assert call.due_at == call.submitted_at  # due at once
+    # A time within the last minute is "now" without a question.
+    just_now = (datetime.now(UTC) - timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%S")
+    again = owner_client.post("/calls/new/", _form(due_local=just_now, tz_offset="0", idempotency_key="other"))
+    assert again.status_code == 200 and ServiceCall.objects.count() == 2
+
+
+def test_the_api_and_the_command_say_a_past_due_time(world):
+    from tests.commands.cli import call
+
+    answer = ApiClient(world.acme_key).post(calls_url("acme"), valid_payload(dueAt="2020-01-01T00:00:00Z"))
+    assert answer.status_code == 202
+    assert answer.headers["Warning"] == '299 - "dueAt 2020-01-01T00:00:00.000Z is in the past: the call is due now."'
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    assert "Warning" not in ApiClient(world.acme_key).post(calls_url("acme"), valid_payload(dueAt=later)).headers
+    empty = ApiClient(world.acme_key).post(calls_url("acme"), valid_payload(dueAt=""))
+    assert empty.status_code == 400 and "dueAt" in empty.json()["errors"]
+    argv = ["submit_call", "--tenant=acme", "--name=late", "--method=GET", "--url=http://127.0.0.1:9/x"]
+    ran = call(*argv, "--due=2020-01-01T00:00:00Z")
+    assert ran.code == 0
+    assert "Note: --due 2020-01-01T00:00:00.000Z is in the past: the call is due now." in ran.err

@@ -67,10 +67,11 @@ class Started:
     def __init__(self, clone: Path) -> None:
         self.chunks: list[bytes] = []
         self.fd, terminal = pty.openpty()
+        self.port = free_port()  # never the default 8000: the examples must follow it
         self.proc = subprocess.Popen(
             ["bash", str(clone / "scripts" / "start")],
             cwd=clone,
-            env=_env(free_port()),
+            env=_env(self.port),
             stdin=subprocess.DEVNULL,
             stdout=terminal,
             stderr=terminal,
@@ -196,10 +197,35 @@ def test_a_first_start_on_a_terminal_is_short_and_readable_and_ends_with_the_log
         if path.is_file() and ".db" not in path.name:
             assert api_key.encode() not in path.read_bytes(), path
 
+    try_it_from_another_shell(clone, port=script.port, api_key=api_key)
+
     # Ctrl-C stops the script, the web server and the workers, each with one signal.
     script.ctrl_c()
     assert "==> stopping" in script.text
     assert _session(script.proc.pid) == []
+
+
+def try_it_from_another_shell(clone: Path, *, port: int, api_key: str) -> None:
+    """The README's "Try it" examples, as a newcomer pastes them into a second shell (no PORT,
+    no AGENT_BASE_URL), having set the two lines they say to set: the port scripts/start serves
+    and the printed key. Then a mock URL on the default port is refused at once, with the
+    agent's address."""
+    section = (ROOT / "README.md").read_text().split("\n## Try it\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)
+    assert len(blocks) == 2, section
+    shell = "set -euo pipefail\n" + "\n".join(blocks)
+    assert re.search(r"^PORT=8000 ", shell, re.M) and "KEY=sa_..." in shell
+    shell = re.sub(r"^PORT=8000 ", f"PORT={port} ", shell, flags=re.M).replace("KEY=sa_...", f"KEY={api_key}")
+    env = {key: value for key, value in _env(port).items() if key != "PORT"}
+    ran = subprocess.run(["bash", "-c", shell], cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert '"name":"hello"' in ran.stdout.replace(" ", ""), ran.stdout  # the POST's answer and the list
+    assert re.search(r"^[0-9a-f-]{36}$", ran.stdout, re.M), ran.stdout  # submit_call's id
+    submit = [".venv/bin/python", "manage.py", "submit_call", "--tenant=demo", "--name=ping", "--method=GET"]
+    wrong = "--url=http://127.0.0.1:8000/mock/echo"
+    refused = subprocess.run([*submit, wrong], cwd=clone, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert f"This agent's mock target is http://127.0.0.1:{port}/mock/" in refused.stderr, refused.stderr
 
 
 def test_a_port_that_something_else_answers_on_is_refused_before_anything_starts(clone):

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from core.cli import command_error
@@ -16,7 +17,7 @@ from execution.egress import EgressPolicy, client_path
 from orchestration.cli import add_request_arguments, request_spec_from_options
 from orchestration.retries import MAX_ATTEMPTS, RetryOn
 from orchestration.services import service_call_submit
-from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, validate_submission
+from orchestration.validation import MAX_AHEAD, MAX_TIMEOUT_MS, past_due_warning, validate_submission
 from tenants.cli import require_tenant
 
 # Wire field names (as validation reports them) -> the option a user of this command typed.
@@ -60,10 +61,11 @@ def parse_in(value: str) -> timedelta:
 def own_mock_target_hint(url: str) -> str | None:
     """What to do when a URL that looks like an agent's mock target is refused here.
 
-    The egress policy allows the mock target of AGENT_BASE_URL only; scripts/start exports it
-    for the agent it starts, but a second shell keeps the default (http://127.0.0.1:8000), so
-    there the agent's own loopback URL on another port is refused at submission. Only this
-    command gives the hint: a user of the API cannot set the agent's environment.
+    The egress policy allows the mock target of AGENT_BASE_URL only: the address scripts/start
+    serves (it exports it for the agent, and records it in DATA_DIR/agent_base_url for the
+    commands of other shells), or as set. A mock URL on another address is refused at once, as
+    the workers would refuse it. Only this command gives the hint: a user of the API cannot set
+    the agent's environment.
     """
     path = client_path(url=url)
     if path is None:
@@ -72,9 +74,10 @@ def own_mock_target_hint(url: str) -> str | None:
     if not under_mock or EgressPolicy.from_settings().literal_refusal(url) is None:
         return None
     parts = urlsplit(url)
+    other = f"{parts.scheme}://{parts.netloc}{base_path}"
     return (
-        "To call this agent's mock target from this shell, set AGENT_BASE_URL to the agent's address "
-        f"as scripts/start does (export AGENT_BASE_URL={parts.scheme}://{parts.netloc}{base_path})."
+        f"This agent's mock target is {settings.AGENT_BASE_URL.rstrip('/')}/mock/ (AGENT_BASE_URL: the address "
+        f"scripts/start serves, or as set); for an agent at {other}, export AGENT_BASE_URL={other}."
     )
 
 
@@ -160,6 +163,8 @@ class Command(BaseCommand):
             raise command_error(exc, options=OPTION_OF_FIELD) from None
         if not created:
             self.stderr.write("The idempotency key matched an existing call; nothing new was stored.")
+        elif warning := past_due_warning(submission.due_at):
+            self.stderr.write(f"Note: {warning.replace('dueAt', '--due', 1)}")
         self.stdout.write(str(call.service_call_id))
 
     def _wire_data(self, options: dict[str, Any]) -> dict[str, Any]:
