@@ -3,6 +3,7 @@ checked alike by every module that takes one (orchestration's calls, delivery's 
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -13,6 +14,31 @@ import unicodedata
 CONTROL = frozenset({"Cc"})
 INVISIBLE = frozenset({"Cc", "Cf"})
 NOT_VISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+@functools.cache
+def hidden_class() -> str:
+    """The characters of INVISIBLE in the Basic Multilingual Plane as the ranges of a regular
+    expression's character class (`\\u0000-\\u001f...`): what the OpenAPI schema's patterns
+    leave out, so that a client's generator refuses what the server refuses."""
+    ranges: list[list[int]] = []
+    for cp in range(0x10000):
+        if unicodedata.category(chr(cp)) in INVISIBLE:
+            if ranges and ranges[-1][1] == cp - 1:
+                ranges[-1][1] = cp
+            else:
+                ranges.append([cp, cp])
+    return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
+
+
+def name_pattern(max_length: int = 200) -> str:
+    """A name as the OpenAPI schema says it: something visible, nothing INVISIBLE."""
+    return rf"^(?=.*\S)[^{hidden_class()}]{{1,{max_length}}}$"
+
+
+def tag_pattern() -> str:
+    """A tag as the OpenAPI schema says it: no whitespace, nothing INVISIBLE."""
+    return rf"^[^\s{hidden_class()}]{{1,{MAX_TAG}}}$"
 
 
 def first_of(text: str, categories: frozenset[str], *, allowed: str = "") -> str | None:

@@ -108,8 +108,8 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
                 error("tags", f"At most {MAX_TAGS} tags.")
 
     enabled = data.get("enabled")
-    if enabled is not None and not isinstance(enabled, bool):
-        error("enabled", "enabled is true or false.")
+    if "enabled" in data and not isinstance(enabled, bool):  # null too: the schema's boolean
+        error("enabled", "enabled is true or false (leave it out to keep it as it is).")
 
     if errors:
         raise ValidationFailed(errors)

@@ -55,6 +55,13 @@ class FlowControlSerializer(FlowLimitSerializer):
     )
 
 
+class FlowControlInputSerializer(FlowControlSerializer):
+    ceilings = serializers.JSONField(
+        required=False, help_text="Ignored: GET's read-only part, which a PUT may carry back."
+    )
+    effective = serializers.JSONField(required=False, help_text="Ignored, as `ceilings`.")
+
+
 class FlowControlOutputSerializer(FlowControlSerializer):
     ceilings = CeilingsSerializer(
         read_only=True,
@@ -110,7 +117,7 @@ class FlowControlPutApi(TenantApiView):
             "tenant that had none applies within about a second."
         ),
         parameters=[TENANT_PARAM],
-        request=FlowControlSerializer,
+        request=FlowControlInputSerializer,
         responses={200: FlowControlOutputSerializer, **_problems(400, 401, 403, 404, 413)},
         examples=[EXAMPLE],
     )

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from core.text import name_pattern
 from eventservice.api import service_call_serializers as s
 from orchestration.models import OVERLAP_POLICIES
 from schedules.cron import DST_REPEATED, DST_SKIPPED
 from schedules.representation import State
 
-NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"
+NAME_PATTERN = name_pattern()
 CRON_HELP = (
     "Five fields, minute hour day-of-month month day-of-week (cron syntax, names and ranges allowed), "
     "evaluated in `timezone`. Six fields (seconds) are refused: the shortest interval is a minute."

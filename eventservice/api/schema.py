@@ -101,6 +101,8 @@ CLOSED_REQUEST_COMPONENTS = (
     "PatchedUpdateScheduleRequest",
     "ConnectionInputRequest",
     "BackfillInputRequest",
+    "FlowControlInputRequest",
+    "FlowLimitRequest",
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from core.text import name_pattern, tag_pattern
 from delivery.models import Notification
 from eventservice.api.schema import ProblemSerializer
 from execution.outcomes import ErrorKind
@@ -246,7 +247,7 @@ class EventFeedSerializer(serializers.Serializer):
     done = serializers.BooleanField(help_text="True when the feed has no more events now (fewer than `limit`).")
 
 
-TAG_PATTERN = r"^[^\s\x00-\x1f\x7f]{1,64}$"
+TAG_PATTERN = tag_pattern()
 
 
 def _tag_list(**kwargs) -> serializers.ListField:
@@ -254,7 +255,7 @@ def _tag_list(**kwargs) -> serializers.ListField:
 
 
 class SubmitServiceCallSerializer(serializers.Serializer):
-    name = serializers.RegexField(r"^(?=.*\S)[^\x00-\x1f]{1,200}$", max_length=200)
+    name = serializers.RegexField(name_pattern(), max_length=200)
     requestSpec = RequestSpecSerializer()
     dueAt = serializers.DateTimeField(
         required=False,

@@ -92,7 +92,7 @@ class ServiceCallListApi(ServiceCallBaseApi):
                 {
                     "type": "array",
                     "maxItems": 20,
-                    "items": {"type": "string", "pattern": r"^[^\s\x00-\x1f\x7f]{1,64}$", "maxLength": 64},
+                    "items": {"type": "string", "pattern": s.TAG_PATTERN, "maxLength": 64},
                 },
                 style="form",
                 explode=True,

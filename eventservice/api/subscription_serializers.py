@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from core.text import name_pattern, tag_pattern
 from delivery.channels import kinds, tenant_kinds
 from delivery.models import DeliveryAttempt, Notification
 from delivery.validation import EVENT_TYPES, MAX_NAME
 
-NAME_PATTERN = r"^(?=.*\S)[^\x00-\x1f\x7f]{1,200}$"
+NAME_PATTERN = name_pattern()
 # The kinds a tenant may make (delivery/channels/): `^webhook$`.
 _TENANT_KINDS = tenant_kinds()
 KIND_PATTERN = f"^{_TENANT_KINDS[0]}$" if len(_TENANT_KINDS) == 1 else f"^(?:{'|'.join(_TENANT_KINDS)})$"
@@ -30,7 +31,7 @@ def _event_types(**kwargs) -> serializers.ListField:
 
 def _tags(**kwargs) -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.RegexField(r"^[^\s\x00-\x1f\x7f-\x9f]{1,64}$", max_length=64),
+        child=serializers.RegexField(tag_pattern(), max_length=64),
         max_length=20,
         help_text="Only the events of calls carrying one of these tags (as the call has them when its event is "
         "fanned out); empty: every call's.",

@@ -231,3 +231,18 @@ def test_the_overlap_table_is_what_each_policy_does(world):
             assert shown == "runs at 00:15", policy
             assert second.status == "Succeeded" and second.started_at <= first.finished_at, policy
         assert row["third"].strip() == "runs" and third.status == "Succeeded", policy
+
+
+def test_the_two_dst_edge_cases_are_as_the_page_says():
+    from schedules.cron import next_occurrences
+
+    text = " ".join(DOC.read_text().split())
+    assert "(`*/15 2 * * *`) has no run that day" in text and "(`0,30 2 * * *`) make one run after it" in text
+    day = datetime(2027, 3, 28, tzinfo=ZoneInfo("Europe/Berlin"))  # spring forward in Berlin
+
+    def runs_that_day(cron: str) -> list[datetime]:
+        runs = next_occurrences(cron, "Europe/Berlin", after=day - timedelta(seconds=1), count=10)
+        return [at for at in runs if at.astimezone(day.tzinfo).date() == day.date()]
+
+    assert runs_that_day("*/15 2 * * *") == []
+    assert [at.astimezone(day.tzinfo).strftime("%H:%M") for at in runs_that_day("0,30 2 * * *")] == ["03:00"]
