@@ -340,17 +340,9 @@ EGRESS_ALLOWLIST = env_list("EGRESS_ALLOWLIST", [])
 # The built-in mock target lives on this server; its address is allowed by default. Unset, it is
 # the URL scripts/start serves this data directory at (it writes DATA_DIR/agent_base_url), so a
 # command from another shell judges the agent's own mock target as the agent's workers do.
-SERVED_BASE_URL_FILE = DATA_DIR / "agent_base_url"
-
-
-def _served_base_url() -> str:
-    try:
-        return SERVED_BASE_URL_FILE.read_text().strip()
-    except OSError:
-        return ""
-
-
-AGENT_BASE_URL = env_str("AGENT_BASE_URL", "") or _served_base_url() or "http://127.0.0.1:8000"
+_SERVED = DATA_DIR / "agent_base_url"
+_SERVED_URL = _SERVED.read_text().strip() if _SERVED.is_file() else ""
+AGENT_BASE_URL = env_str("AGENT_BASE_URL", "") or _SERVED_URL or "http://127.0.0.1:8000"
 if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", AGENT_BASE_URL):
     raise SettingsError(f"AGENT_BASE_URL must be an http:// or https:// URL, got {AGENT_BASE_URL!r}")
 SECRET_HEADER_PATTERNS = env_list(

@@ -36,6 +36,16 @@ _PRINTABLE_ASCII = re.compile(r"[ -~]+\Z")
 _NOT_ZONES = {"localtime", "posixrules", "Factory"}
 
 
+# What each field takes, as Debian's crontab(5) says it (for the error messages).
+FIELD_RANGES = {
+    "minute": "0-59",
+    "hour": "0-23",
+    "day-of-month": "1-31",
+    "month": "1-12 or jan-dec",
+    "day-of-week": "0-7 or sun-sat (0 and 7 are Sunday)",
+}
+
+
 class CronError(ValueError):
     """Why a cron expression or a zone name is refused; the message is for the user."""
 
@@ -61,8 +71,12 @@ def parse_cron(raw: object) -> str:
         CronSim(text, datetime(2000, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
         message = str(exc).lower()
+        for field, (name, allowed) in zip(fields, FIELD_RANGES.items(), strict=True):
+            if name in message:
+                message = f"its {name} field is {field!r}, and {name} must be {allowed}"
+                break
         if "day-of-month" in message:
-            message += " (out of range, or a day none of the months in the month field has, like 30 February)"
+            message += " (or it is a day none of the months in the month field has, like 30 February)"
         raise CronError(f"cron is not valid: {message}.") from None
     except Exception:  # a malformed field cronsim does not expect: refused, never a 500
         raise CronError(f"cron is not valid: give 5 fields, {FIELDS}.") from None

@@ -16,7 +16,7 @@ from django.core.cache import caches
 from rest_framework import authentication, exceptions
 
 from tenants.selectors import api_key_lookup
-from tenants.services import api_key_touch
+from tenants.services import KEY_PREFIX, api_key_touch
 
 THROTTLE_CACHE = "throttle"
 _failures_lock = threading.Lock()
@@ -88,8 +88,15 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         parts = header.split()
-        if parts[0] != self.keyword:
-            return None
+        # The scheme is case-insensitive (RFC 9110 §11.1); any other one gets the form to use.
+        if parts[0].lower() != self.keyword.lower():
+            if parts[0].startswith(KEY_PREFIX):
+                raise exceptions.AuthenticationFailed(
+                    'Put "Bearer " before the API key: the header is "Authorization: Bearer <api key>".'
+                )
+            raise exceptions.AuthenticationFailed(
+                'The API takes "Authorization: Bearer <api key>" (an API key of the tenant: docs/api.md).'
+            )
         key = api_key_lookup(raw_key=parts[1]) if len(parts) == 2 else None
         if key is not None:
             # A valid key always passes, throttled address or not: behind a proxy or NAT every

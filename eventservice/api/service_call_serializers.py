@@ -7,6 +7,9 @@ those shapes for drf-spectacular, and a test keeps them equal to what the builde
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
 
 from core.text import name_pattern, tag_pattern
@@ -22,7 +25,7 @@ from orchestration.retries import (
     MAX_ATTEMPTS,
     RetryOn,
 )
-from orchestration.validation import MAX_BODY_DEPTH, METHODS
+from orchestration.validation import MAX_BODY_DEPTH, METHODS, past_due_warning
 
 
 class RequestSpecSerializer(serializers.Serializer):
@@ -333,3 +336,20 @@ class BatchOutputSerializer(serializers.Serializer):
     accepted = serializers.IntegerField(help_text="Items stored by this request.")
     replayed = serializers.IntegerField(help_text="Items answered with the call stored earlier under their key.")
     refused = serializers.IntegerField(help_text="Items refused; nothing of them is stored.")
+
+
+def past_due_headers(due_at: datetime | None) -> dict[str, str]:
+    """`Warning: 299` (as Kubernetes' API warns) when the given dueAt was in the past: the call is
+    kept, due now (docs/api.md, "Service calls")."""
+    warning = past_due_warning(due_at)
+    return {"Warning": f'299 - "{warning}"'} if warning else {}
+
+
+PAST_DUE_HEADER = OpenApiParameter(
+    "Warning",
+    str,
+    OpenApiParameter.HEADER,
+    response=[202],
+    description='`299 - "dueAt ... is in the past: the call is due now."` when the given `dueAt` was more than a '
+    "minute in the past: the call is kept and runs at once.",
+)

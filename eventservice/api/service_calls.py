@@ -43,7 +43,7 @@ from orchestration.services import (
     service_calls_bulk,
     service_calls_submit_batch,
 )
-from orchestration.validation import past_due_warning, validate_rerun, validate_submission
+from orchestration.validation import validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 
@@ -121,23 +121,6 @@ class ServiceCallListApi(ServiceCallBaseApi):
         return self.page_response(page, lambda call: service_call_representation(call, request=request))
 
 
-def _past_due(due_at) -> dict[str, str]:
-    """`Warning: 299` (as Kubernetes' API warns) when the given dueAt was in the past: the call is
-    kept, due now (docs/api.md, "Service calls")."""
-    warning = past_due_warning(due_at)
-    return {"Warning": f'299 - "{warning}"'} if warning else {}
-
-
-PAST_DUE_HEADER = OpenApiParameter(
-    "Warning",
-    str,
-    OpenApiParameter.HEADER,
-    response=[202],
-    description='`299 - "dueAt ... is in the past: the call is due now."` when the given `dueAt` was more than a '
-    "minute in the past: the call is kept and runs at once.",
-)
-
-
 class ServiceCallSubmitApi(ServiceCallBaseApi):
     """POST a new call: 202 (created), 200 (idempotent replay), 409 (key reused differently),
     429 past the tenant's submissions ceiling."""
@@ -156,7 +139,7 @@ class ServiceCallSubmitApi(ServiceCallBaseApi):
             OpenApiParameter(
                 "Idempotency-Key", str, OpenApiParameter.HEADER, description="Same as the body's idempotencyKey."
             ),
-            PAST_DUE_HEADER,
+            s.PAST_DUE_HEADER,
         ],
         request=s.SubmitServiceCallSerializer,
         responses={
@@ -178,7 +161,7 @@ class ServiceCallSubmitApi(ServiceCallBaseApi):
         return Response(
             body,
             status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK,
-            headers={"Location": body["links"]["self"], **_past_due(submission.due_at if created else None)},
+            headers={"Location": body["links"]["self"], **s.past_due_headers(submission.due_at if created else None)},
         )
 
 
@@ -352,7 +335,7 @@ class ServiceCallRerunApi(ServiceCallBaseApi):
     @extend_schema(
         operation_id="service_calls_rerun",
         summary="Run a call again",
-        parameters=[TENANT_PARAM, CALL_PARAM, PAST_DUE_HEADER],
+        parameters=[TENANT_PARAM, CALL_PARAM, s.PAST_DUE_HEADER],
         request={"application/json": s.RerunInputSerializer},
         description=(
             "A new call with the same request, tags (not the star) and retry policy, due now, or at `dueAt` when the "
@@ -375,7 +358,9 @@ class ServiceCallRerunApi(ServiceCallBaseApi):
         )
         body = _call(request, self.tenant_id, call.service_call_id)
         return Response(
-            body, status=status.HTTP_202_ACCEPTED, headers={"Location": body["links"]["self"], **_past_due(due_at)}
+            body,
+            status=status.HTTP_202_ACCEPTED,
+            headers={"Location": body["links"]["self"], **s.past_due_headers(due_at)},
         )
 
 

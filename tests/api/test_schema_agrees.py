@@ -49,3 +49,21 @@ def test_closed_bodies_and_booleans(schema, world):
     # What a GET gave may be PUT back: the read-only part is in the schema, and ignored.
     flow = api.get("/api/tenants/acme/flow-control").json()
     assert api.put("/api/tenants/acme/flow-control", flow).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        ("sa_abc", 'Put \\"Bearer \\" before the API key'),
+        ("Token sa_abc", "The API takes"),
+        ("Basic dXNlcjpwdw==", "The API takes"),
+    ],
+)
+def test_an_authorization_header_without_bearer_says_the_form_to_use(world, header, words):
+    answer = Client().get("/api/tenants/acme/service-calls", HTTP_AUTHORIZATION=header)
+    assert answer.status_code == 401 and words in answer.content.decode(), answer.content
+
+
+def test_the_bearer_scheme_is_case_insensitive(world):
+    answer = Client().get("/api/tenants/acme/service-calls", HTTP_AUTHORIZATION=f"bearer {world.acme_key}")
+    assert answer.status_code == 200

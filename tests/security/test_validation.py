@@ -486,7 +486,6 @@ NOW = datetime(2030, 3, 10, 12, 0, tzinfo=UTC)
         ("2030-03-10T13:00:00.123456-05:30", datetime(2030, 3, 10, 18, 30, 0, 123456, tzinfo=UTC)),
         ("2031-03-10T12:00:00Z", datetime(2031, 3, 10, 12, 0, tzinfo=UTC)),  # exactly one year ahead
         ("2001-01-01T00:00:00Z", datetime(2001, 1, 1, tzinfo=UTC)),  # past: runs now
-        ("", None),
         (None, None),
     ],
 )
@@ -499,6 +498,7 @@ def test_it_reads_due_times_with_a_zone_up_to_one_year_ahead(value, expected):
     [
         ("2030-03-10T13:00:00", "time zone"),
         ("2030-03-10", "time zone"),
+        ("", "empty"),  # the schema's date-time: absent or null is now
         ("tomorrow", "not a valid"),
         ("2030-13-01T00:00:00Z", "not a valid"),
         ("2030-02-30T00:00:00Z", "not a valid"),
