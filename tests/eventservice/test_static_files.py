@@ -69,3 +69,9 @@ def test_once_collected_the_compressed_copy_is_served(env):
 
     assert status == 200 and headers["Content-Type"].startswith("text/css")
     assert headers.get("Content-Encoding") == "gzip"  # from STATIC_ROOT, not the app folders
+
+
+def test_favicon_ico_leads_to_the_icon(client):
+    answer = client.get("/favicon.ico")
+    assert answer.status_code == 301 and answer["Location"].endswith(".svg")
+    assert "favicon" in answer["Location"]

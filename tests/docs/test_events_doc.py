@@ -1,0 +1,35 @@
+"""docs/events.md's subscription example, as written: the body creates one (201, its secret shown
+once), and a receiver on this machine is refused until EGRESS_ALLOWLIST names it."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+
+
+def _example() -> dict:
+    match = re.search(r"<!-- example: subscription -->\n```json\n(.*?)^```", DOC.read_text(), re.S | re.M)
+    assert match, "no subscription example"
+    return json.loads(match.group(1))
+
+
+def test_the_example_creates_a_subscription_and_a_local_receiver_needs_the_allowlist(world, settings):
+    from tests.support.api import ApiClient
+
+    api = ApiClient(world.acme_key)
+    body = _example()
+    made = api.post("/api/tenants/acme/subscriptions", body)
+    assert made.status_code == 201, made.json()
+    assert made.json()["secret"].startswith("whsec_") and made.json()["tags"] == ["billing"]
+
+    text = " ".join(DOC.read_text().split())
+    assert "`EGRESS_ALLOWLIST=127.0.0.1:9000`" in text
+    settings.EGRESS_ALLOWLIST = []  # as shipped (the tests' own settings allow loopback)
+    local = {**body, "name": "Local receiver", "url": "http://127.0.0.1:9000/hook"}
+    refused = api.post("/api/tenants/acme/subscriptions", local)
+    assert refused.status_code == 400 and "url" in refused.json()["errors"]
+    settings.EGRESS_ALLOWLIST = ["127.0.0.1:9000"]
+    assert api.post("/api/tenants/acme/subscriptions", local).status_code == 201
