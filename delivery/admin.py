@@ -142,6 +142,10 @@ for _column, _field in ((f.column, f.admin_field()) for c in channels() for f in
     SubscriptionAdminForm.base_fields[_column] = SubscriptionAdminForm.declared_fields[_column] = _field
 
 
+# A target's characters a list shows (the whole of it on hover, and on the subscription's page).
+TARGET_SHOWN = 48
+
+
 @admin.register(Subscription)
 class SubscriptionAdmin(ShownOnceMixin, TenantScopedAdmin):
     form = SubscriptionAdminForm
@@ -154,7 +158,6 @@ class SubscriptionAdmin(ShownOnceMixin, TenantScopedAdmin):
         "enabled",
         "failing_since",
         "last_success_at",
-        "created_at",
     )
     list_filter = ("kind", "enabled", ("tenant", admin.RelatedOnlyFieldListFilter))
     list_select_related = ("tenant",)
@@ -214,7 +217,10 @@ class SubscriptionAdmin(ShownOnceMixin, TenantScopedAdmin):
 
     @admin.display(description=" or ".join(channel.target_label for channel in channels()))
     def target(self, obj: Subscription) -> str:
-        return channel_for(obj.kind).target(obj)
+        shown = channel_for(obj.kind).target(obj)
+        if len(shown) <= TARGET_SHOWN:
+            return shown
+        return format_html('<span title="{}">{}…</span>', shown, shown[: TARGET_SHOWN - 1])
 
     @admin.display(description="event types")
     def event_types_display(self, obj: Subscription) -> str:

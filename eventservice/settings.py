@@ -205,6 +205,7 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 LANGUAGE_CODE = "en-us"
+FORMAT_MODULE_PATH = ["eventservice.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

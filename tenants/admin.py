@@ -24,6 +24,8 @@ admin.site.site_header = "Service Agent administration"
 admin.site.site_title = "Service Agent admin"
 admin.site.index_title = "Operations"
 admin.site.site_url = "/calls/"
+# The lists get the window's width (the index and the breadcrumbs lead everywhere).
+admin.site.enable_nav_sidebar = False
 
 
 def visible_tenant_ids(request) -> set[str] | None:
