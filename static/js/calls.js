@@ -39,4 +39,15 @@
 
     if (pendingRows().length) SA.poll(refresh, 1000);
   });
+
+  // The filters' empty fields stay out of the URL (no "tag=&q="): a link to the list stays short.
+  document.addEventListener("DOMContentLoaded", function () {
+    var filters = document.getElementById("filters");
+    if (!filters) return;
+    filters.addEventListener("submit", function () {
+      filters.querySelectorAll("input[name], select[name]").forEach(function (field) {
+        if (field.value === "" && field.type !== "checkbox") field.disabled = true;
+      });
+    });
+  });
 })();

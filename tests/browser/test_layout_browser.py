@@ -95,3 +95,25 @@ def test_no_screen_overflows_at_a_laptops_or_a_tablets_width(page, realistic, wi
             problems[path] = found
             screenshot(page, f"overflow-{width}-{path.strip('/').replace('/', '-')[:40]}")
     assert not problems, "\n".join(f"{path}: {found}" for path, found in problems.items())
+
+
+def test_the_calls_filters_keep_the_url_clean_and_a_tag_link_adds_its_tag_once(page, world):
+    from urllib.parse import parse_qs, urlsplit
+
+    def query() -> dict[str, list[str]]:
+        return parse_qs(urlsplit(page.url).query, keep_blank_values=True)
+
+    make_call(name="tagged", tags=["billing", "emea"])
+    log_in(page, "owner", "pw-owner-123")
+    page.goto("/calls/")
+    page.get_by_role("button", name="Apply filters").click()
+    page.wait_for_load_state()
+    assert all(all(values) for values in query().values()), page.url  # no empty "tag=" or "q="
+    page.locator("a.chip", has_text="billing").first.click()
+    page.wait_for_url("**tag=billing**")
+    assert query()["tag"] == ["billing"], page.url
+    page.locator("a.chip", has_text="billing").first.click()  # again: no second copy
+    page.wait_for_load_state()
+    assert query()["tag"] == ["billing"], page.url
+    for label in ("Submitted from", "Submitted to", "Due from", "Due to"):
+        assert "(UTC day)" in page.locator(f"label:has-text('{label}')").first.inner_text()

@@ -127,6 +127,17 @@ def query(params: QueryDict, **changes: Any) -> str:
 
 
 @register.simple_tag
+def query_with(params: QueryDict, name: str, value: str) -> str:
+    """The current query string with one more value of a repeatable parameter (a tag link), its
+    empty values and the page left out."""
+    updated = params.copy()
+    kept = [item for item in params.getlist(name) if item and item != value]
+    updated.setlist(name, [*kept, value])
+    updated.pop("page", None)
+    return f"?{updated.urlencode()}"
+
+
+@register.simple_tag
 def query_without(params: QueryDict, name: str, value: str) -> str:
     """The current query string without one value of a repeatable parameter (a tag chip's ×)."""
     updated = params.copy()

@@ -6,6 +6,7 @@ Worker sessions carry no tenant data; loop-run error messages may, so only super
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -56,6 +57,8 @@ def system_page(request: HttpRequest) -> HttpResponse:
                 "oldest_ms": None if backlog.oldest_pending_age_s is None else backlog.oldest_pending_age_s * 1000,
             }
             for kind, backlog in delivery_backlog(now=now, tenant_ids=scope).items()
+            # NATS only where it is configured, or something still waits for it.
+            if kind != Subscription.Kind.NATS or settings.NATS_URL or backlog.pending or backlog.failing
         ],
         "failed_calls": recent_failed_calls(tenant_ids=scope),
         "loop_errors": recent_loop_errors() if request.user.is_superuser else [],
