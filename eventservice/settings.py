@@ -254,6 +254,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "eventservice.api.schema.closed_request_bodies",
+        "eventservice.api.schema.resources_and_links",
     ],
 }
 # /metrics without authentication (for a Prometheus scraper); false: staff sessions only.

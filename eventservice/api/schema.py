@@ -113,3 +113,88 @@ def closed_request_bodies(result, generator, request, public):
         if name in schemas:
             schemas[name]["additionalProperties"] = False
     return result
+
+
+# The API's resources in the order a reader meets them (docs/api.md): each operation is tagged by
+# the path's segment after the tenant, and the paths are listed in this order.
+RESOURCES = (
+    ("Service calls", ("service-calls",), "Submit a call (now or at a time), follow it, cancel it, run it again, "
+     "tag it; batches of calls and bulk actions on what a filter matches."),
+    ("Schedules", ("schedules",), "Recurring schedules: a cron or an interval in a time zone, one call per "
+     "occurrence, with overlap, catch-up, backfill, jitter and DST policies."),
+    ("Subscriptions", ("subscriptions", "deliveries"), "Where the events of calls go: webhooks signed with "
+     "Standard Webhooks (and NATS for operators), each delivery and its attempts."),
+    ("Events", ("events",), "The events feed: every state change of the tenant's calls and schedules, in order."),
+    ("Flow control", ("flow-control",), "The tenant's limits: calls at once and starts per second, per host too."),
+    ("Connections", ("connections",), "Credentials calls carry without holding them: basic, an API key header, "
+     "OAuth2 client credentials."),
+    ("Signing", ("signing",), "Signing outgoing calls with a tenant key (Standard Webhooks)."),
+)  # fmt: skip
+DESCRIPTION = (
+    "Define outgoing HTTP service calls, run them now, at a chosen time or on a schedule, and receive every "
+    "state change as an event. Resources, in the order a client meets them: service calls, schedules, "
+    "subscriptions and their deliveries, the events feed, flow control, connections and signing. The rules "
+    "every operation follows (camelCase, problem+json, tenants, pagination) are in docs/api.md."
+)
+
+# OpenAPI links (what a client or a stateful fuzzer may call next with a response's id):
+# operation -> {status: {name: (operationId, {parameter: expression})}}.
+_TENANT = {"tenant_id": "$request.path.tenant_id"}
+_CALL = {**_TENANT, "service_call_id": "$response.body#/serviceCallId"}
+_CALL_LINKS = {
+    "GetCall": ("service_calls_retrieve", _CALL),
+    "CancelCall": ("service_calls_cancel", _CALL),
+    "RerunCall": ("service_calls_rerun", _CALL),
+    "SetCallTags": ("service_calls_tags_set", _CALL),
+}
+_SUBSCRIPTION = {**_TENANT, "subscription_id": "$response.body#/subscriptionId"}
+_SCHEDULE = {**_TENANT, "schedule_id": "$response.body#/scheduleId"}
+_SCHEDULE_CALLS = ("service_calls_list", {**_TENANT, "scheduleId": "$response.body#/scheduleId"})
+LINKS = {
+    "service_calls_submit": {"202": _CALL_LINKS, "200": _CALL_LINKS},
+    "service_calls_rerun": {"202": _CALL_LINKS},
+    "service_calls_retrieve": {"200": {k: v for k, v in _CALL_LINKS.items() if k != "GetCall"}},
+    "subscriptions_create": {
+        "201": {
+            "GetSubscription": ("subscriptions_retrieve", _SUBSCRIPTION),
+            "ListDeliveries": ("subscriptions_deliveries", _SUBSCRIPTION),
+            "SendTestEvent": ("subscriptions_send_test", _SUBSCRIPTION),
+        }
+    },
+    "subscriptions_retrieve": {"200": {"ListDeliveries": ("subscriptions_deliveries", _SUBSCRIPTION)}},
+    "schedules_create": {"201": {"GetSchedule": ("schedules_retrieve", _SCHEDULE), "ListItsCalls": _SCHEDULE_CALLS}},
+    "schedules_retrieve": {"200": {"ListItsCalls": _SCHEDULE_CALLS}},
+    "connections_create": {
+        "201": {"GetConnection": ("connections_retrieve", {**_TENANT, "name": "$response.body#/name"})}
+    },
+}
+
+
+def resources_and_links(result, generator, request, public):
+    """drf-spectacular post-processing hook: operations tagged by resource, in the order of
+    RESOURCES, with the API's description and the OpenAPI links of LINKS."""
+    order = {segment: index for index, (_, segments, _) in enumerate(RESOURCES) for segment in segments}
+    names = {segment: name for name, segments, _ in RESOURCES for segment in segments}
+
+    def segment(path: str) -> str:
+        parts = path.strip("/").split("/")
+        return parts[3] if len(parts) > 3 and parts[:2] == ["api", "tenants"] else ""
+
+    paths = result.get("paths", {})
+    result["paths"] = dict(sorted(paths.items(), key=lambda item: order.get(segment(item[0]), len(RESOURCES))))
+    for path, operations in result["paths"].items():
+        for operation in operations.values():
+            if not isinstance(operation, dict) or "operationId" not in operation:
+                continue
+            if segment(path) in names:
+                operation["tags"] = [names[segment(path)]]
+            for status, links in LINKS.get(operation["operationId"], {}).items():
+                response = operation.get("responses", {}).get(status)
+                if response is not None:
+                    response["links"] = {
+                        name: {"operationId": target, "parameters": dict(parameters)}
+                        for name, (target, parameters) in links.items()
+                    }
+    result["tags"] = [{"name": name, "description": text} for name, _, text in RESOURCES]
+    result.setdefault("info", {})["description"] = DESCRIPTION
+    return result
