@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# The stream's subjects unless NATS_STREAM_SUBJECTS says otherwise (docs/events.md, "NATS
-# JetStream"): agents sharing one NATS server each take subjects of their own.
+# The stream's subjects for a template without a fixed first token (docs/events.md, "NATS
+# JetStream"; otherwise stream_subjects_of): agents sharing one NATS server each take their own.
 DEFAULT_STREAM_SUBJECTS = ("serviceagent.>",)
 DEFAULT_SUBJECT_TEMPLATE = "serviceagent.{tenantId}.{type}"
 SUBJECT_TEMPLATE_MAX_LENGTH = 200
@@ -24,6 +24,23 @@ _SAMPLE_ENVELOPE = {
     "type": "ServiceCallSucceeded",
     "aggregateId": "0190c2a4-7b1e-7cc0-8a4e-3f1d2b9c0d11",
 }
+
+
+def stream_subjects_of(template: str) -> tuple[str, ...]:
+    """The stream's subjects unless NATS_STREAM_SUBJECTS says otherwise: the fixed leading
+    tokens of the subject template and '>' (`serviceagent.{tenantId}.{type}` takes
+    `serviceagent.>`, `billing.{tenantId}.{type}` takes `billing.>`), so an agent given a
+    template of its own takes subjects of its own on a shared NATS server. A template that
+    begins with a placeholder has no fixed part: DEFAULT_STREAM_SUBJECTS."""
+    tokens = template.split(".")
+    fixed = []
+    for token in tokens:
+        if _PLACEHOLDER.search(token) or not _TOKEN.fullmatch(token):
+            break
+        fixed.append(token)
+    if not fixed:
+        return DEFAULT_STREAM_SUBJECTS
+    return (template,) if len(fixed) == len(tokens) else (".".join(fixed) + ".>",)
 
 
 def subject_for(template: str, envelope: Mapping[str, Any]) -> str:

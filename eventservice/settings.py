@@ -455,10 +455,10 @@ NATS_URL = env_str("NATS_URL", "").strip()
 NATS_STREAM = env_str("NATS_STREAM", "SERVICEAGENT").strip()
 if not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", NATS_STREAM):
     raise SettingsError(f"NATS_STREAM must use only letters, digits, '-' and '_', got {NATS_STREAM!r}")
-NATS_STREAM_SUBJECTS = env_list("NATS_STREAM_SUBJECTS", list(nats_subjects.DEFAULT_STREAM_SUBJECTS))
+NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", nats_subjects.DEFAULT_SUBJECT_TEMPLATE).strip()
+NATS_STREAM_SUBJECTS = env_list("NATS_STREAM_SUBJECTS", list(nats_subjects.stream_subjects_of(NATS_SUBJECT_TEMPLATE)))
 if problem := nats_subjects.validate_stream_subjects(NATS_STREAM_SUBJECTS):
     raise SettingsError(f"NATS_STREAM_SUBJECTS: {problem}")
-NATS_SUBJECT_TEMPLATE = env_str("NATS_SUBJECT_TEMPLATE", nats_subjects.DEFAULT_SUBJECT_TEMPLATE).strip()
 if problem := nats_subjects.validate_subject_template(NATS_SUBJECT_TEMPLATE, stream_subjects=NATS_STREAM_SUBJECTS):
     raise SettingsError(f"NATS_SUBJECT_TEMPLATE: {problem}; got {NATS_SUBJECT_TEMPLATE!r}")
 # The stream's copies on a NATS cluster's servers (docs/deploy.md, "High availability"): with 3,

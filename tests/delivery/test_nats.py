@@ -537,7 +537,7 @@ nats_publisher().close()
 def _documented_agent(suffix: str) -> dict[str, str]:
     """docs/events.md's settings for an agent sharing its NATS server, named for this test
     (AGENT_EU, agent-eu: SA_TEST_<hex>, satest<hex>) so that runs side by side never meet."""
-    [block] = re.findall(r"\n\n((?:    NATS_\w+=\S+\n)+)\n", EVENTS_DOC.read_text())
+    [block] = re.findall(r"<!-- example: second agent -->\n((?:    NATS_\w+=\S+\n)+)", EVENTS_DOC.read_text())
     text = block.replace("AGENT_EU", f"SA_TEST_{suffix.upper()}").replace("agent-eu", f"satest{suffix}")
     return dict(line.strip().split("=", 1) for line in text.splitlines())
 
@@ -545,15 +545,20 @@ def _documented_agent(suffix: str) -> dict[str, str]:
 @pytest.mark.nats
 def test_agents_sharing_a_server_as_documented_each_publish_to_a_stream_of_their_own(tmp_path):
     agents = [_documented_agent(secrets.token_hex(4)) for _ in range(2)]
-    assert {tuple(sorted(agent)) for agent in agents} == {
-        ("NATS_STREAM", "NATS_STREAM_SUBJECTS", "NATS_SUBJECT_TEMPLATE")
-    }
+    # A stream name and a template: the stream's subjects follow the template (its first token and '>').
+    assert {tuple(sorted(agent)) for agent in agents} == {("NATS_STREAM", "NATS_SUBJECT_TEMPLATE")}
+    for agent in agents:
+        agent["NATS_STREAM_SUBJECTS"] = agent["NATS_SUBJECT_TEMPLATE"].split(".", 1)[0] + ".>"
     try:
         running = [
             subprocess.Popen(
                 [sys.executable, str(ROOT / "manage.py"), "shell", "--no-imports", "-c", PUBLISH_ONE],
                 cwd=ROOT,
-                env=agent_env(tmp_path / str(n), NATS_URL=NATS_TEST_URL, **agent),
+                env={
+                    key: value
+                    for key, value in agent_env(tmp_path / str(n), NATS_URL=NATS_TEST_URL, **agent).items()
+                    if key != "NATS_STREAM_SUBJECTS"  # what the agent derives from its template is under test
+                },
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

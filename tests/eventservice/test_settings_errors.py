@@ -48,7 +48,7 @@ def _assert_one_line(result: subprocess.CompletedProcess, name: str) -> str:
         ("DELIVERY_PER_TENANT", "0"),
         ("NATS_STREAM_SUBJECTS", "serviceagent..>"),
         ("NATS_STREAM_SUBJECTS", ""),
-        ("NATS_SUBJECT_TEMPLATE", "other.{tenantId}.{type}"),
+        ("NATS_SUBJECT_TEMPLATE", "{tenantId}.{type}"),  # no fixed first token: outside serviceagent.>
     ],
 )
 def test_a_malformed_value_stops_manage_py_with_one_line_naming_the_variable(tmp_path, name, value):
