@@ -112,3 +112,24 @@ def test_a_rerun_links_back_to_its_original(owner_client, world):
     rerun = service_call_rerun(tenant_id="acme", service_call_id=original.pk, correlation_id="c")
     html = owner_client.get(f"/calls/{rerun.pk}/").content.decode()
     assert f'href="/calls/{original.pk}/"' in html
+
+
+def test_the_actions_keep_their_places_and_a_call_that_never_ran_is_not_run_again(owner_client, world):
+    """Cancel comes first (it goes once the call starts, the others stay where they are); a
+    Scheduled call that never ran shows Run again disabled: running it "again" makes a second."""
+    import re
+
+    def actions(call) -> list[str]:
+        html = owner_client.get(f"/calls/{call.pk}/").content.decode()
+        head = html.split('class="head-actions"', 1)[1].split('<div class="grid-2">', 1)[0]
+        return re.findall(r"Cancel…|← Calls|Copy into a new request|Run again|Run at a chosen time…", head)
+
+    waiting, failed = make_call(due_in=HOUR), make_failed_call()
+    assert actions(waiting) == ["Cancel…", "← Calls", "Copy into a new request", "Run again", "Run at a chosen time…"]
+    assert actions(failed) == ["← Calls", "Copy into a new request", "Run again", "Run at a chosen time…"]
+    html = owner_client.get(f"/calls/{waiting.pk}/").content.decode()
+    assert 'aria-disabled="true" title="It has not run yet' in html
+    assert f'action="/calls/{waiting.pk}/rerun" class="inline"' not in html
+    # The correlation id and the attempts are the call's details, the tags a part of them.
+    about = html.split('id="about-h"', 1)[1].split("</section>", 1)[0]
+    assert about.index("Correlation id") < about.index('id="tags-h"')
