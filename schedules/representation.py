@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from django.urls import reverse
 
@@ -30,9 +31,10 @@ class State:
 
 
 def run_representation(at: datetime, zone: str, *, due: datetime | None = None) -> dict[str, str]:
-    """One occurrence: `at` in UTC, `local` in the schedule's zone with its offset, and `dueAt`
-    when its call is due later (a schedule's jitter)."""
-    shown = {"at": iso_ms(at), "local": local_iso(at, zone)}
+    """One occurrence: `at` in UTC, `local` in the schedule's zone with its offset, `zoneName`
+    as the zone database names the zone then (`IST`, `CEST`: what every page shows, whatever a
+    browser's locale would call it), and `dueAt` when its call is due later (a schedule's jitter)."""
+    shown = {"at": iso_ms(at), "local": local_iso(at, zone), "zoneName": at.astimezone(ZoneInfo(zone)).tzname()}
     if due is not None and due != at:
         shown["dueAt"] = iso_ms(due)
     return shown

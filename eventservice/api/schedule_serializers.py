@@ -109,6 +109,7 @@ class UpdateScheduleSerializer(SchedulePoliciesSerializer):
 class ScheduleRunSerializer(serializers.Serializer):
     at = serializers.DateTimeField(help_text="The occurrence in UTC.")
     local = serializers.CharField(help_text="The same instant in the schedule's zone, with its offset.")
+    zoneName = serializers.CharField(help_text="The zone's abbreviation then, as the zone database has it (`IST`).")
     dueAt = serializers.DateTimeField(
         required=False, help_text="When its call is due, when later than the occurrence (the schedule's jitter)."
     )

@@ -7,16 +7,17 @@
 
   var DELAY_MS = 250;
 
-  /* "Sun 28 Mar 2027, 03:00 CEST": the run as the schedule's zone shows it. */
-  function localText(iso, zone) {
-    var date = new Date(iso);
+  /* "Sun 28 Mar 2027, 03:00 CEST": the run as the schedule's zone shows it, named as the server
+     names the zone on every page (a browser's locale may say "GMT+5:30" where the pages say IST). */
+  function localText(run, zone) {
+    var date = new Date(run.at);
     try {
       return new Intl.DateTimeFormat(undefined, {
         weekday: "short", year: "numeric", month: "short", day: "numeric",
-        hour: "2-digit", minute: "2-digit", hour12: false, timeZone: zone, timeZoneName: "short"
-      }).format(date);
+        hour: "2-digit", minute: "2-digit", hour12: false, timeZone: zone
+      }).format(date) + (run.zoneName ? " " + run.zoneName : "");
     } catch (error) {
-      return iso;
+      return run.at;
     }
   }
 
@@ -46,7 +47,7 @@
     function show(data) {
       list.innerHTML = data.nextRuns.map(function (run) {
         return '<li data-local="' + SA.escapeHTML(run.local) + '" title="' + SA.escapeHTML(run.at) + '">' +
-          SA.escapeHTML(localText(run.at, data.timezone)) + ' <span class="muted mono small">' +
+          SA.escapeHTML(localText(run, data.timezone)) + ' <span class="muted mono small">' +
           SA.escapeHTML(run.local) + "</span></li>";
       }).join("");
       status.className = "hint ok";

@@ -51,6 +51,12 @@ def test_the_create_page_previews_the_next_runs_live_and_the_schedule_pauses_and
     expect(runs).to_have_count(5)
     for local in runs.evaluate_all("items => items.map(item => item.dataset.local)"):
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT09:00:00-0[45]:00", local), local
+    # The zone named as every page names it (the browser's en-GB would say GMT+5:30).
+    zone.fill("Asia/Kolkata")
+    expect(page.locator("#preview-status")).to_have_text("Next runs in Asia/Kolkata:")
+    expect(runs.first).to_contain_text(" IST")
+    zone.fill("America/New_York")
+    expect(page.locator("#preview-status")).to_have_text("Next runs in America/New_York:")
     screenshot(page, "schedule-new-preview")
 
     page.get_by_label("Name", exact=True).fill("Weekday report")
