@@ -50,4 +50,30 @@
     bindCopy();
     bindRecover();
   });
+
+  /* Deliveries still on their way (a test event just sent) follow without a reload, as the
+     Calls page does: the page is read again and each changed delivery replaced. */
+  function followDeliveries() {
+    var table = document.querySelector("table.deliveries");
+    if (!table || !window.fetch || !window.DOMParser) return;
+    function open() { return table.querySelector('tbody.delivery[data-state="PENDING"], tbody.delivery[data-state="FAILED"]'); }
+    if (!open()) return;
+    SA.poll(function () {
+      return fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
+        .then(function (answer) { return answer.text(); })
+        .then(function (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html");
+          fresh.querySelectorAll("table.deliveries tbody.delivery").forEach(function (body) {
+            var shown = document.getElementById(body.id);
+            if (shown && shown.getAttribute("data-state") !== body.getAttribute("data-state")) {
+              shown.replaceWith(document.importNode(body, true));
+            }
+          });
+          SA.localizeTimes(table);
+          return !open();
+        });
+    }, 1000);
+  }
+
+  document.addEventListener("DOMContentLoaded", followDeliveries);
 })();

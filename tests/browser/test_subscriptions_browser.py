@@ -64,3 +64,18 @@ def test_a_subscription_created_in_the_browser_shows_its_secret_once(page, world
     assert shown not in page.content()
     screenshot(page, "subscriptions-list")
     assert page.evaluate("window.__csp") == []
+
+
+def test_a_test_event_is_followed_until_it_succeeds_without_a_reload(page, world, engine, http_target):
+    from tests.support.subscriptions import make_subscription
+
+    subscription, _ = make_subscription("acme", name="Receiver", url=http_target.url("/ok"))
+    log_in(page, "owner", "pw-owner-123")
+    page.goto(f"/subscriptions/{subscription.pk}/")
+    page.get_by_role("button", name="Send test event").click()
+    page.wait_for_url(re.compile(rf".*/subscriptions/{subscription.pk}/.*"))
+    page.evaluate("window.__notReloaded = true")
+    delivery = page.locator("tbody.delivery").first
+    expect(delivery).to_have_attribute("data-state", "SUCCEEDED", timeout=15_000)
+    assert page.evaluate("window.__notReloaded === true")  # the same page, followed in place
+    assert http_target.count("/ok") >= 1
