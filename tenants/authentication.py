@@ -88,15 +88,15 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         parts = header.split()
-        # The scheme is case-insensitive (RFC 9110 §11.1); any other one gets the form to use.
+        # The scheme is case-insensitive (RFC 9110 §11.1). A bare key is a mistake worth naming;
+        # another scheme (a proxy's Basic login) is left to the session, and a request that no
+        # authentication takes is told the form to use (eventservice.api.errors).
         if parts[0].lower() != self.keyword.lower():
             if parts[0].startswith(KEY_PREFIX):
                 raise exceptions.AuthenticationFailed(
                     'Put "Bearer " before the API key: the header is "Authorization: Bearer <api key>".'
                 )
-            raise exceptions.AuthenticationFailed(
-                'The API takes "Authorization: Bearer <api key>" (an API key of the tenant: docs/api.md).'
-            )
+            return None
         key = api_key_lookup(raw_key=parts[1]) if len(parts) == 2 else None
         if key is not None:
             # A valid key always passes, throttled address or not: behind a proxy or NAT every

@@ -153,6 +153,14 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
             detail = str(exc.detail)
         else:
             detail = title
+        if (
+            isinstance(exc, exceptions.NotAuthenticated)
+            and request is not None
+            and request.headers.get("Authorization")
+        ):
+            # An Authorization header none of the authentications reads (not Bearer).
+            detail += ' The API takes "Authorization: Bearer <api key>" (an API key of the tenant: docs/api.md).'
+
         return problem_response(
             slug=slug,
             title=title,

@@ -64,6 +64,15 @@ def test_an_authorization_header_without_bearer_says_the_form_to_use(world, head
     assert answer.status_code == 401 and words in answer.content.decode(), answer.content
 
 
+def test_a_session_request_behind_a_proxys_basic_login_still_works(world):
+    """A reverse proxy's Basic login sends its Authorization header with every request: the
+    dashboard's own API calls (its session) must not be refused for it."""
+    member = Client()
+    member.force_login(world.owner)
+    answer = member.get("/api/tenants/acme/service-calls", HTTP_AUTHORIZATION="Basic dXNlcjpwdw==")
+    assert answer.status_code == 200
+
+
 def test_the_bearer_scheme_is_case_insensitive(world):
     answer = Client().get("/api/tenants/acme/service-calls", HTTP_AUTHORIZATION=f"bearer {world.acme_key}")
     assert answer.status_code == 200
