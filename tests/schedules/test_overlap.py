@@ -331,3 +331,27 @@ def test_the_pages_the_command_and_the_admin_know_the_policy(world, admin_client
     assert Schedule.objects.get(name="cli").overlap == "cancelOther"
     refused = call(*argv, "--name=bad", "--overlap=never")
     assert refused.code != 0 and "--overlap" in refused.err and not Schedule.objects.filter(name="bad").exists()
+
+
+def test_the_new_schedule_page_takes_a_retry_policy_and_formats_json(world):
+    from django.test import Client
+
+    owner = Client()
+    owner.force_login(world.owner)
+    page = owner.get("/schedules/new/").content.decode()
+    assert 'id="format-body"' in page and 'name="max_attempts"' in page and 'name="retry_on"' in page
+    form = {
+        "name": "retried",
+        "cron": "30 2 * * *",
+        "timezone": "UTC",
+        "method": "GET",
+        "url": "http://127.0.0.1:9/x",
+        "body_format": "json",
+        "max_attempts": "3",
+        "retry_on": ["HttpError5xx", "Timeout"],
+    }
+    assert owner.post("/schedules/new/", {**form, "max_attempts": "99"}).status_code == 400
+    assert not Schedule.objects.exists()
+    owner.post("/schedules/new/", form)
+    made = Schedule.objects.get(name="retried")
+    assert made.retry_policy["maxAttempts"] == 3 and made.retry_policy["retryOn"] == ["HttpError5xx", "Timeout"]
