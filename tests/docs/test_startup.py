@@ -204,19 +204,6 @@ def test_a_first_start_on_a_terminal_is_short_and_readable_and_ends_with_the_log
     assert "==> stopping" in script.text
     assert _session(script.proc.pid) == []
 
-    # Started again: the demo is there already, and the workers' start is still said before
-    # the logins, which stay last.
-    again = Started(clone)
-    try:
-        again.read_until(DEMO_END, timeout=240)
-        again.read(2.0)
-        before, _, after = again.text.partition(UP)
-        assert "serviceagent.engine" in before, again.text
-        assert "serviceagent.engine" not in after, after
-    finally:
-        again.ctrl_c()
-        _kill_session(again.proc.pid)
-
 
 def try_it_from_another_shell(clone: Path, *, port: int, api_key: str) -> None:
     """The README's "Try it" examples, as a newcomer pastes them into a second shell (no PORT,
