@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -149,3 +152,22 @@ def ascii_digits(text: str) -> str:
 def _shown(number: float) -> str:
     """86400000, not 8.64e+07."""
     return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
+def served_base_url(path: Path) -> str:
+    """The URL scripts/start serves a data directory at, as it recorded it in `path` (docs/commands.md):
+    the default of AGENT_BASE_URL for the commands of another shell. Only a loopback http(s)
+    URL counts (the file is no place to widen the egress policy from); "" when there is none, it
+    cannot be read, or it names anything else."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or parts.username or parts.password or parts.query or parts.fragment:
+        return ""
+    try:
+        loopback = ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        loopback = parts.hostname == "localhost"
+    return text if loopback else ""

@@ -33,7 +33,8 @@ def hidden_class() -> str:
 
 def name_pattern(max_length: int = 200) -> str:
     """A name as the OpenAPI schema says it: something visible, nothing INVISIBLE."""
-    return rf"^(?=.*\S)[^{hidden_class()}]{{1,{max_length}}}$"
+    # [\s\S], not '.': ECMAScript's '.' stops at U+2028, which a name may hold.
+    return rf"^(?=[\s\S]*\S)[^{hidden_class()}]{{1,{max_length}}}$"
 
 
 def tag_pattern() -> str:

@@ -27,20 +27,18 @@ _SAMPLE_ENVELOPE = {
 
 
 def stream_subjects_of(template: str) -> tuple[str, ...]:
-    """The stream's subjects unless NATS_STREAM_SUBJECTS says otherwise: the fixed leading
-    tokens of the subject template and '>' (`serviceagent.{tenantId}.{type}` takes
-    `serviceagent.>`, `billing.{tenantId}.{type}` takes `billing.>`), so an agent given a
-    template of its own takes subjects of its own on a shared NATS server. A template that
-    begins with a placeholder has no fixed part: DEFAULT_STREAM_SUBJECTS."""
-    tokens = template.split(".")
-    fixed = []
-    for token in tokens:
-        if _PLACEHOLDER.search(token) or not _TOKEN.fullmatch(token):
-            break
-        fixed.append(token)
-    if not fixed:
+    """The stream's subjects unless NATS_STREAM_SUBJECTS says otherwise: DEFAULT_STREAM_SUBJECTS
+    when the template's subjects fall inside them (as every agent's did before), else the
+    template's first token and '>' (`billing.{tenantId}.{type}` takes `billing.>`), so an agent
+    given a template of its own takes subjects of its own on a shared NATS server. A template
+    whose first token is a placeholder has none: DEFAULT_STREAM_SUBJECTS (and the start says
+    the template falls outside them)."""
+    if validate_subject_template(template, stream_subjects=DEFAULT_STREAM_SUBJECTS) is None:
         return DEFAULT_STREAM_SUBJECTS
-    return (template,) if len(fixed) == len(tokens) else (".".join(fixed) + ".>",)
+    first, _, rest = template.partition(".")
+    if _PLACEHOLDER.search(first) or not _TOKEN.fullmatch(first):
+        return DEFAULT_STREAM_SUBJECTS
+    return (f"{first}.>",) if rest else (first,)
 
 
 def subject_for(template: str, envelope: Mapping[str, Any]) -> str:

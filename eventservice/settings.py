@@ -19,6 +19,7 @@ from core.env import (
     env_list,
     env_pair,
     env_str,
+    served_base_url,
 )
 from delivery import nats_subjects
 from eventservice.database import database_pooler, database_settings, worker_pool_size
@@ -340,11 +341,11 @@ RESPONSE_MAX_HEADERS = env_int("RESPONSE_MAX_HEADERS", 100, minimum=1)
 RESPONSE_MAX_HEADER_BYTES = env_int("RESPONSE_MAX_HEADER_BYTES", 64 * 1024, minimum=1024)
 EGRESS_ALLOWLIST = env_list("EGRESS_ALLOWLIST", [])
 # The built-in mock target lives on this server; its address is allowed by default. Unset, it is
-# the URL scripts/start serves this data directory at (it writes DATA_DIR/agent_base_url), so a
+# the loopback URL scripts/start serves this data directory at (DATA_DIR/agent_base_url), so a
 # command from another shell judges the agent's own mock target as the agent's workers do.
-_SERVED = DATA_DIR / "agent_base_url"
-_SERVED_URL = _SERVED.read_text().strip() if _SERVED.is_file() else ""
-AGENT_BASE_URL = env_str("AGENT_BASE_URL", "") or _SERVED_URL or "http://127.0.0.1:8000"
+AGENT_BASE_URL = (
+    env_str("AGENT_BASE_URL", "") or served_base_url(DATA_DIR / "agent_base_url") or "http://127.0.0.1:8000"
+)
 if not re.fullmatch(r"https?://[^/\s]+(/\S*)?", AGENT_BASE_URL):
     raise SettingsError(f"AGENT_BASE_URL must be an http:// or https:// URL, got {AGENT_BASE_URL!r}")
 SECRET_HEADER_PATTERNS = env_list(

@@ -88,6 +88,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         parts = header.split()
+        if not parts:  # only whitespace
+            return None
         # The scheme is case-insensitive (RFC 9110 §11.1). A bare key is a mistake worth naming;
         # another scheme (a proxy's Basic login) is left to the session, and a request that no
         # authentication takes is told the form to use (eventservice.api.errors).

@@ -44,9 +44,9 @@
   document.addEventListener("DOMContentLoaded", function () {
     var filters = document.getElementById("filters");
     if (!filters) return;
-    filters.addEventListener("submit", function () {
-      filters.querySelectorAll("input[name], select[name]").forEach(function (field) {
-        if (field.value === "" && field.type !== "checkbox") field.disabled = true;
+    filters.addEventListener("formdata", function (event) {
+      Array.from(event.formData.entries()).forEach(function (entry) {
+        if (entry[1] === "") event.formData.delete(entry[0]);
       });
     });
   });

@@ -60,7 +60,10 @@
     if (!open()) return;
     SA.poll(function () {
       return fetch(window.location.href, { credentials: "same-origin", headers: { Accept: "text/html" } })
-        .then(function (answer) { return answer.text(); })
+        .then(function (answer) {
+          if (!answer.ok) throw new Error("the page answered " + answer.status);  // SA.poll waits longer
+          return answer.text();
+        })
         .then(function (html) {
           var fresh = new DOMParser().parseFromString(html, "text/html");
           fresh.querySelectorAll("table.deliveries tbody.delivery").forEach(function (body) {

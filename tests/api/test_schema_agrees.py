@@ -76,3 +76,14 @@ def test_a_session_request_behind_a_proxys_basic_login_still_works(world):
 def test_the_bearer_scheme_is_case_insensitive(world):
     answer = Client().get("/api/tenants/acme/service-calls", HTTP_AUTHORIZATION=f"bearer {world.acme_key}")
     assert answer.status_code == 200
+
+
+def test_a_header_of_only_whitespace_is_no_credentials_not_an_error(world):
+    answer = Client().get("/api/tenants/acme/service-calls", HTTP_AUTHORIZATION="\u00a0")
+    assert answer.status_code == 401
+
+
+def test_the_name_pattern_takes_what_the_server_takes_across_lines(schema):
+    name = "\u2028Nightly"
+    assert name_problem(name) is None
+    assert _pattern(schema, "SubmitServiceCallRequest", "name").match(name)

@@ -412,3 +412,48 @@ def test_from_another_shell_the_address_scripts_start_serves_is_the_agents_own(w
     taken = manage(env, *argv, "--url=http://127.0.0.1:8102/mock/echo")
     assert taken.returncode == 0, taken.stderr
     assert ServiceCall.objects.get().request_spec["url"] == "http://127.0.0.1:8102/mock/echo"
+
+
+def test_the_recorded_address_counts_only_when_it_is_a_readable_loopback_url(tmp_path):
+    """What scripts/start records is a default for the commands, never a way to widen the
+    egress policy: another host, credentials, unreadable bytes all count as no file."""
+    from core.env import served_base_url
+
+    path = tmp_path / "agent_base_url"
+    assert served_base_url(path) == ""  # no file
+    for text, taken in (
+        ("http://127.0.0.1:8102\n", "http://127.0.0.1:8102"),
+        ("http://localhost:8102", "http://localhost:8102"),
+        ("http://[::1]:8102", "http://[::1]:8102"),
+        ("http://10.0.0.5:80", ""),
+        ("https://agent.example.com", ""),
+        ("http://user:pw@127.0.0.1:8102", ""),
+        ("", ""),
+    ):
+        path.write_text(text)
+        assert served_base_url(path) == taken, text
+    path.write_bytes(b"\xff\xfe")
+    assert served_base_url(path) == ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_set_agent_base_url_wins_over_the_file_whatever_it_holds(world, tmp_path):
+    from tests.support.agent_process import agent_env, manage
+    from tests.workers.cluster import database_url
+
+    (tmp_path / "agent_base_url").write_bytes(b"\xff\xfe not utf-8")
+    env = agent_env(tmp_path, DATABASE_URL=database_url(), SECRET_KEY="x" * 50, AGENT_BASE_URL="http://127.0.0.1:8102")
+    env.pop("EGRESS_ALLOWLIST", None)
+    ran = manage(
+        env, "submit_call", "--tenant=acme", "--name=ping", "--method=GET", "--url=http://127.0.0.1:8102/mock/echo"
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_the_hint_names_no_credentials_and_no_address_off_this_machine(world, default_agent_base_url):
+    result = call("submit_call", *BASE[:-1], "http://user:secret@127.0.0.1:18751/mock/echo")
+    assert (
+        result.code == 1 and "secret" not in result.err and "export AGENT_BASE_URL=http://127.0.0.1:18751" in result.err
+    )
+    result = call("submit_call", *BASE[:-1], "http://10.1.2.3/mock/echo")
+    assert result.code == 1 and "AGENT_BASE_URL" not in result.err

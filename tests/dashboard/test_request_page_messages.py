@@ -152,3 +152,10 @@ def test_the_api_and_the_command_say_a_past_due_time(world):
     ran = call(*argv, "--due=2020-01-01T00:00:00Z")
     assert ran.code == 0
     assert "Note: --due 2020-01-01T00:00:00.000Z is in the past: the call is due now." in ran.err
+
+
+def test_enter_keeps_asking_only_the_send_it_now_button_sends_a_past_time(owner_client, world):
+    """Enter submits with a form's first submit button: Submit comes before "Send it now"."""
+    response = owner_client.post("/calls/new/", _form(due_local="2020-01-01T00:00", tz_offset="0"))
+    html = response.content.decode()
+    assert html.index('id="submit-request"') < html.index('id="send-past"')

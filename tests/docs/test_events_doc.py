@@ -58,4 +58,6 @@ def test_a_second_agent_needs_only_a_stream_name_and_a_template_of_its_own(tmp_p
     assert shown.stdout.strip() == "AGENT_EU ['agent-eu.>']"
     assert stream_subjects_of("serviceagent.{tenantId}.{type}") == ("serviceagent.>",)
     assert stream_subjects_of("{tenantId}.events") == ("serviceagent.>",)  # no fixed part: the default
-    assert stream_subjects_of("alerts.all") == ("alerts.all",)
+    assert stream_subjects_of("alerts.all") == ("alerts.>",)
+    # A template the old default covers keeps it: an existing deployment's stream is unchanged.
+    assert stream_subjects_of("serviceagent.events.{tenantId}.{type}") == ("serviceagent.>",)

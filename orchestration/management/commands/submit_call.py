@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from datetime import timedelta
 from typing import Any
@@ -74,7 +75,14 @@ def own_mock_target_hint(url: str) -> str | None:
     if not under_mock or EgressPolicy.from_settings().literal_refusal(url) is None:
         return None
     parts = urlsplit(url)
-    other = f"{parts.scheme}://{parts.netloc}{base_path}"
+    try:
+        loopback = ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        loopback = parts.hostname == "localhost"
+    if not loopback:
+        return None  # an agent runs on this machine: no address elsewhere is to be allowed from here
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+    other = f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{base_path}"
     return (
         f"This agent's mock target is {settings.AGENT_BASE_URL.rstrip('/')}/mock/ (AGENT_BASE_URL: the address "
         f"scripts/start serves, or as set); for an agent at {other}, export AGENT_BASE_URL={other}."
