@@ -17,7 +17,7 @@ from orchestration.representation import service_call_representation
 from orchestration.services import public_request_spec
 from schedules.cron import dst_preview, jitter_of, local_iso, next_schedule_occurrences
 from schedules.models import Schedule
-from schedules.selectors import skipped_of
+from schedules.selectors import last_occurrence_of, skipped_of
 from schedules.validation import duration_text
 
 NEXT_RUNS = 5
@@ -112,7 +112,7 @@ def schedule_representation(
         "jitterMs": schedule.jitter_ms,
         "state": schedule_state(schedule, runs),
         "nextRun": schedule_run(schedule, runs[0]) if runs else None,
-        "lastOccurrenceAt": iso_ms(schedule.last_occurrence_at),
+        "lastOccurrenceAt": iso_ms(last_occurrence_of(schedule)),
         "overlap": schedule.overlap,
         "skippedCount": skipped,
         "skippedByReason": by_reason,

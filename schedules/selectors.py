@@ -7,9 +7,10 @@ from collections.abc import Collection
 from datetime import datetime
 
 from django.db.models import Count, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 
 from core.errors import NotFound
+from core.ids import utcnow
 from orchestration.models import ServiceCall
 from orchestration.selectors import service_calls_for_tenant
 from schedules.models import Schedule
@@ -29,12 +30,42 @@ def _uuid(raw: uuid.UUID | str) -> uuid.UUID | None:
 def schedules_for_tenant(*, tenant_id: str) -> QuerySet[Schedule]:
     """A tenant's schedules, newest first (UUID v7 order; uses schedules_tenant), each with the
     occurrences its overlap policy skipped (`overlap_skipped`, for skipped_of)."""
-    return with_overlap_skipped(Schedule.objects.filter(tenant_id=tenant_id).order_by("-schedule_id"))
+    return with_last_occurrence(
+        with_overlap_skipped(Schedule.objects.filter(tenant_id=tenant_id).order_by("-schedule_id"))
+    )
 
 
 def _overlap_skipped_calls() -> QuerySet[ServiceCall]:
     # service_calls_overlap_skipped: an index probe a schedule.
     return ServiceCall.objects.filter(overlap_state="skipped")
+
+
+def with_last_occurrence(rows: QuerySet[Schedule]) -> QuerySet[Schedule]:
+    """The schedules, each with its latest occurrence that has come and has its call
+    (`last_come`, for last_occurrence_of): an index probe of service_calls_schedule_occurrence."""
+    latest = (
+        ServiceCall.objects.filter(
+            tenant_id=OuterRef("tenant_id"), schedule_id=OuterRef("pk"), occurrence_at__lte=Now()
+        )
+        .exclude(status=ServiceCall.Status.CANCELLED)
+        .order_by("-occurrence_at")
+        .values("occurrence_at")[:1]
+    )
+    return rows.annotate(last_come=Subquery(latest))
+
+
+def last_occurrence_of(schedule: Schedule) -> datetime | None:
+    """Its latest occurrence that has come (not the one made ahead, which is its next run), or
+    None: what the API's lastOccurrenceAt says."""
+    if hasattr(schedule, "last_come"):
+        return schedule.last_come
+    return (
+        ServiceCall.objects.filter(tenant_id=schedule.tenant_id, schedule_id=schedule.pk, occurrence_at__lte=utcnow())
+        .exclude(status=ServiceCall.Status.CANCELLED)
+        .order_by("-occurrence_at")
+        .values_list("occurrence_at", flat=True)
+        .first()
+    )
 
 
 def with_overlap_skipped(rows: QuerySet[Schedule]) -> QuerySet[Schedule]:

@@ -139,7 +139,9 @@ class ScheduleSerializer(serializers.Serializer):
     )
     nextRun = ScheduleRunSerializer(allow_null=True, help_text="The next occurrence that runs (null: none).")
     lastOccurrenceAt = serializers.DateTimeField(
-        allow_null=True, help_text="The latest occurrence made into a call (normally the next run, made ahead)."
+        allow_null=True,
+        help_text="Its latest occurrence that has come and has its call (null until the first comes); the next "
+        "one, made ahead, is nextRun.",
     )
     pausedNote = serializers.CharField(allow_null=True, help_text="Why it is paused (null: no note, or not paused).")
     catchupWindow = serializers.CharField(help_text="How old a missed occurrence may be and still run.")

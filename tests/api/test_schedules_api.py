@@ -9,7 +9,7 @@ import pytest
 
 from orchestration.models import ServiceCall
 from schedules.models import Schedule
-from tests.support.api import assert_problem
+from tests.support.api import ApiClient, assert_problem
 from tests.support.schedules import schedule_payload, schedule_url, schedules_url
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +46,8 @@ def test_it_creates_a_schedule_with_its_first_call_made_ahead(acme_api):
     assert body["nextRun"] == body["nextRuns"][0]
     [call] = body["recentCalls"]
     assert call["status"] == "Scheduled" and call["scheduleId"] == body["scheduleId"]
-    assert call["occurrenceAt"] == call["dueAt"] == body["nextRuns"][0]["at"] == body["lastOccurrenceAt"]
+    assert call["occurrenceAt"] == call["dueAt"] == body["nextRuns"][0]["at"]
+    assert body["lastOccurrenceAt"] is None  # none has come yet: the call made ahead is the next run
     assert call["tags"] == ["nightly"] and call["name"] == "Nightly export"
     assert call["retryPolicy"]["maxAttempts"] == 3
     assert call["requestSpec"]["headers"]["Authorization"] == "***"
@@ -288,3 +289,22 @@ def test_a_session_member_may_use_the_api_and_needs_csrf_to_write(world):
     assert stored() == (0, 0)
     client.cookies["csrftoken"] = "a" * 32
     assert api.post(schedules_url(), schedule_payload(), headers={"X-CSRFToken": "a" * 32}).status_code == 201
+
+
+def test_last_occurrence_at_is_the_latest_that_came_not_the_one_made_ahead(world):
+    from datetime import UTC
+
+    from core.ids import iso_ms
+    from schedules.making import make_occurrence_call
+    from tests.support.schedules import make_schedule
+
+    api = ApiClient(world.acme_key)
+    schedule = make_schedule(cron="0 * * * *", timezone="UTC")
+    past = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    make_occurrence_call(schedule, past, at_once=True)  # a backfilled occurrence, say
+    for body in (
+        api.get(f"/api/tenants/acme/schedules/{schedule.pk}").json(),
+        api.get("/api/tenants/acme/schedules").json()["results"][0],
+    ):
+        assert body["lastOccurrenceAt"] == iso_ms(past)
+        assert body["nextRun"]["at"] > iso_ms(datetime.now(UTC))
