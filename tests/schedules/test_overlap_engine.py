@@ -18,7 +18,6 @@ from outbox.models import OutboxEvent
 from tests.support.api import ApiClient
 from tests.support.schedules import calls_of, make_schedule, schedule_url
 from tests.support.waiting import wait_for
-from tests.workers.cluster import Cluster
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
 
@@ -26,19 +25,6 @@ HOUR = timedelta(hours=1)
 PAST = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
 SLOW_MS = 1500
 RETRY = {"maxAttempts": 3, "minBackoffMs": 60_000, "maxBackoffMs": 60_000, "retryOn": ["HttpError5xx"]}
-
-
-@pytest.fixture
-def clusters(tmp_path):
-    running: list[Cluster] = []
-
-    def start(count: int) -> None:
-        for n in range(count):
-            running.append(Cluster(tmp_path, name=f"overlap{n}").start())
-
-    yield start
-    for cluster in running:
-        cluster.stop()
 
 
 def backfill(api: ApiClient, schedule, hours: int, first: int = 0) -> None:

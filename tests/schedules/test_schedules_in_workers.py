@@ -22,22 +22,8 @@ from schedules.models import Schedule
 from tests.support.api import ApiClient
 from tests.support.schedules import calls_of, make_schedule, schedule_url
 from tests.support.waiting import wait_for
-from tests.workers.cluster import Cluster
 
 pytestmark = [pytest.mark.workers, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def clusters(tmp_path):
-    running: list[Cluster] = []
-
-    def start(count: int) -> None:
-        for n in range(count):
-            running.append(Cluster(tmp_path, name=f"sched{n}").start())
-
-    yield start
-    for cluster in running:
-        cluster.stop()
 
 
 def catch_up_and_backfill(world, http_target, start_clusters, count: int) -> None:
