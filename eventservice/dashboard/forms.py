@@ -124,6 +124,17 @@ def _ago_text(ago: timedelta) -> str:
     return f"{seconds} seconds"
 
 
+def past_due_said(due_iso: str) -> str | None:
+    """What a page says of a chosen time more than PAST_DUE_CONFIRM ago (the call would run at
+    once), or None (later, or not a time: the submission's own check names that)."""
+    try:
+        due = datetime.fromisoformat(due_iso.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    ago = datetime.now(UTC) - due if due.tzinfo is not None else timedelta(0)
+    return f"That time is {_ago_text(ago)} ago: the call would run at once." if ago > PAST_DUE_CONFIRM else None
+
+
 class RequestForm(forms.Form):
     """The request page. Header rows arrive as repeated header_name / header_value fields."""
 
@@ -352,19 +363,10 @@ class RequestForm(forms.Form):
     def _check_past(self, cleaned: dict[str, Any]) -> None:
         """A due time more than PAST_DUE_CONFIRM ago runs the call at once (as the API does):
         said before sending, and sent only once confirmed (the "Send it now" button)."""
-        try:
-            due = datetime.fromisoformat(cleaned["due_iso"].replace("Z", "+00:00"))
-        except ValueError:
-            return  # the submission's own check names it
-        if due.tzinfo is None or cleaned.get("past_ok"):
-            return
-        ago = datetime.now(UTC) - due
-        if ago > PAST_DUE_CONFIRM:
+        said = past_due_said(cleaned["due_iso"])
+        if said and not cleaned.get("past_ok"):
             self.past_due = True
-            self.add_error(
-                "due_local",
-                f"That time is {_ago_text(ago)} ago: the call would run at once. Choose a later time, or send it now.",
-            )
+            self.add_error("due_local", f"{said} Choose a later time, or send it now.")
 
     @staticmethod
     def _due_iso(cleaned: dict[str, Any]) -> str:
@@ -460,6 +462,9 @@ class RerunForm(forms.Form):
                 cleaned["due_iso"] = RequestForm._due_iso(cleaned)
             except ValueError as exc:
                 self.add_error("due_local", str(exc))
+            else:
+                if said := past_due_said(cleaned["due_iso"]):
+                    self.add_error("due_local", f"{said} Choose a later time, or use Run again.")
         return cleaned
 
     def wire_data(self) -> dict[str, Any]:

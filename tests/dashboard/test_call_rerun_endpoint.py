@@ -87,9 +87,15 @@ def test_a_bad_time_is_said_in_the_pages_words_and_nothing_is_stored(owner_clien
     assert "dueAt" not in page
 
 
-def test_a_past_time_runs_it_now(owner_client, world):
+def test_a_time_long_past_is_said_and_one_just_past_runs_it_now(owner_client, world):
+    """As New request: a time more than a minute ago would run it at once, which Run again does."""
     original = make_call("acme", name="report", due_in=HOUR)
-    owner_client.post(f"/calls/{original.pk}/rerun", {"when": "schedule", "due_at": "2020-01-01T00:00:00Z"})
+    response = owner_client.post(f"/calls/{original.pk}/rerun", {"when": "schedule", "due_at": "2020-01-01T00:00:00Z"})
+    (said,) = _messages(response)
+    assert said.endswith("ago: the call would run at once. Choose a later time, or use Run again.")
+    assert ServiceCall.objects.count() == 1
+    just = (datetime.now(UTC) - timedelta(seconds=20)).isoformat()
+    owner_client.post(f"/calls/{original.pk}/rerun", {"when": "schedule", "due_at": just})
     rerun = ServiceCall.objects.exclude(pk=original.pk).get()
     assert rerun.due_at == rerun.submitted_at
 
