@@ -15,6 +15,15 @@ FAVORITE_TAG = "favorite"
 OVERLAP_POLICIES = ("skip", "bufferOne", "allowAll", "cancelOther")
 
 
+class OverlapState(models.TextChoices):
+    """What a schedule's overlap policy did to the call (orchestration.services.overlap)."""
+
+    NONE = ""
+    BUFFERED = "buffered"  # it waited (or waits) for the schedule's earlier call
+    SKIPPED = "skipped"  # cancelled, never ran: an earlier call was still going
+    SUPERSEDED = "superseded"  # cancelled after trying: a later occurrence took over
+
+
 class ServiceCall(models.Model):
     class Status(models.TextChoices):
         SCHEDULED = "Scheduled"
@@ -24,6 +33,8 @@ class ServiceCall(models.Model):
         CANCELLED = "Cancelled"
 
     TERMINAL = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    OverlapState = OverlapState
 
     # A UUID v7 is unique on its own, so it is the Django primary key; the seed's composite
     # key (tenant_id, service_call_id) is kept as a unique constraint (docs/schema.md).
@@ -120,8 +131,8 @@ class ServiceCall(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(overlap__in=["", *OVERLAP_POLICIES])
-                & Q(overlap_state__in=["", "buffered", "skipped", "superseded"])
-                & (~Q(overlap_state__in=["skipped", "superseded"]) | Q(status="Cancelled")),
+                & Q(overlap_state__in=OverlapState.values)
+                & (~Q(overlap_state__in=[OverlapState.SKIPPED, OverlapState.SUPERSEDED]) | Q(status="Cancelled")),
                 name="service_calls_overlap_valid",
             ),
             # Only a Scheduled call waits for flow control.
@@ -163,7 +174,7 @@ class ServiceCall(models.Model):
             # A schedule's occurrences its overlap policy skipped, counted (its skippedCount).
             models.Index(
                 fields=["tenant", "schedule_id"],
-                condition=Q(overlap_state="skipped"),
+                condition=Q(overlap_state=OverlapState.SKIPPED),
                 name="service_calls_overlap_skipped",
             ),
             # Flow control's held calls (orchestration.admission): the tenants that have any,

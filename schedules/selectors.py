@@ -37,7 +37,7 @@ def schedules_for_tenant(*, tenant_id: str) -> QuerySet[Schedule]:
 
 def _overlap_skipped_calls() -> QuerySet[ServiceCall]:
     # service_calls_overlap_skipped: an index probe a schedule.
-    return ServiceCall.objects.filter(overlap_state="skipped")
+    return ServiceCall.objects.filter(overlap_state=ServiceCall.OverlapState.SKIPPED)
 
 
 def with_last_occurrence(rows: QuerySet[Schedule]) -> QuerySet[Schedule]:

@@ -38,7 +38,11 @@ from outbox.services import NewEvent, outbox_append
 from timer.services import timer_rearm, timers_discard
 
 SKIP, BUFFER_ONE, ALLOW_ALL, CANCEL_OTHER = "skip", "bufferOne", "allowAll", "cancelOther"
-BUFFERED, SKIPPED, SUPERSEDED = "buffered", "skipped", "superseded"
+BUFFERED, SKIPPED, SUPERSEDED = (
+    ServiceCall.OverlapState.BUFFERED,
+    ServiceCall.OverlapState.SKIPPED,
+    ServiceCall.OverlapState.SUPERSEDED,
+)
 # The reason of a ScheduleOccurrenceSkipped event (and of the schedule's count) for these.
 OVERLAP_REASON = "overlap"
 # A call that waits (bufferOne) is due again this much later at the latest, in case the end of
