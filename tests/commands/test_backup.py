@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sqlite3
 import threading
 import time
@@ -14,6 +13,7 @@ from django.db import connection, connections
 from orchestration.models import ServiceCall
 from tests.commands.cli import call, run_manage
 from tests.support.factories import HOUR, make_call, make_tenant
+from tests.support.sqlite_files import copy_elsewhere
 
 sqlite_only = pytest.mark.skipif(
     "sqlite" not in connection.settings_dict["ENGINE"], reason="backup copies SQLite databases"
@@ -51,7 +51,7 @@ def test_the_copy_holds_the_last_committed_call_still_in_the_wal_and_nothing_unc
         calls = [make_call("acme", name=f"wal-{n}", due_in=HOUR) for n in range(1, 4)]
         assert Path(f"{database}-wal").stat().st_size > 0
         # Why not copy the file: the calls are in the WAL only.
-        shutil.copyfile(database, tmp_path / "plain-copy.db")
+        copy_elsewhere(database, tmp_path / "plain-copy.db")
         assert _names(tmp_path / "plain-copy.db") == []
         # A transaction in progress when the backup runs is not in it.
         writer.execute("BEGIN IMMEDIATE")

@@ -22,6 +22,7 @@ from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
 from tests.support.factories import make_user
 from tests.support.routes import AcmeObjects, all_routes, fill
+from tests.support.sqlite_files import read_bytes_elsewhere
 from tests.support.subscriptions import make_subscription
 from tests.support.waiting import wait_for
 
@@ -238,7 +239,7 @@ def test_secret_header_values_reach_the_target_and_appear_nowhere_else(
     for suffix in ("", "-wal"):
         file = Path(connection.settings_dict["NAME"] + suffix)
         if file.exists():
-            raw = file.read_bytes()
+            raw = read_bytes_elsewhere(file)
             assert not [value for value in (*SECRETS.values(), CONNECTION_HEADER[1]) if value.encode() in raw], file
 
     # Nothing in any log line (the engine's, the dispatcher's event log, the API's).
