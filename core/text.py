@@ -14,6 +14,8 @@ import unicodedata
 CONTROL = frozenset({"Cc"})
 INVISIBLE = frozenset({"Cc", "Cf"})
 NOT_VISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+# CONTROL as a regular expression's character class holds it (Cc is these three ranges).
+CONTROL_CLASS = r"\u0000-\u001f\u007f-\u009f"
 
 
 @functools.cache
@@ -37,9 +39,15 @@ def name_pattern(max_length: int = 200) -> str:
     return rf"^(?=[\s\S]*\S)[^{hidden_class()}]{{1,{max_length}}}$"
 
 
+def visible_pattern(max_length: int, *, also_refused: str = "") -> str:
+    """Visible characters only, as the OpenAPI schema says it: no whitespace, nothing INVISIBLE,
+    none of `also_refused` (characters as a regular expression's class holds them)."""
+    return rf"^[^\s{also_refused}{hidden_class()}]{{1,{max_length}}}$"
+
+
 def tag_pattern() -> str:
     """A tag as the OpenAPI schema says it: no whitespace, nothing INVISIBLE."""
-    return rf"^[^\s{hidden_class()}]{{1,{MAX_TAG}}}$"
+    return visible_pattern(MAX_TAG)
 
 
 def first_of(text: str, categories: frozenset[str], *, allowed: str = "") -> str | None:

@@ -36,7 +36,8 @@ Kind = Connection.Kind
 # nor the Basic header's encoding.
 UNPAIRED = frozenset({"Cs"})
 # A name goes in URLs (/connections/<name>) and in request specs: letters, digits, ".", "_", "-".
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # as the OpenAPI schema says it
+NAME_RE = re.compile(NAME_PATTERN[:-1] + r"\Z")  # \Z: "$" would let a trailing newline through
 NAME_RULE = "1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_CONNECTIONS = 100
 MAX_TEXT = 256

@@ -16,7 +16,16 @@ MAX_HOST = 253
 # A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
 _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What url_error's syntax rules say as a pattern (ECMAScript's and Python's alike), for the OpenAPI
+# schema: http or https, a host part with no credentials, nothing blank, no control character,
+# no backslash. Which hosts are valid and allowed stays the server's rule.
+_NOT_IN_URL = r"\s\u0000-\u001f\u007f\\"
+HTTP_URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://[^{_NOT_IN_URL}/?#@]+(?:[/?#][^{_NOT_IN_URL}]*)?$"
 MAX_HEADER_VALUE = 8192
+# header_name_error's and header_value_error's rules as patterns, for the OpenAPI schema: a token;
+# tab, printable ASCII and Latin-1's printable characters.
+HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
+HEADER_VALUE_PATTERN = r"^[\t\u0020-\u007e\u00a0-\u00ff]*$"
 # RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 

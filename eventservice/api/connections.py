@@ -6,16 +6,29 @@ connection answers 404 as one that does not exist."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.text import CONTROL_CLASS, visible_pattern
 from eventservice.api.base import TenantApiView
-from eventservice.api.schema import TENANT_PARAM, problem_responses
+from eventservice.api.schema import TENANT_PARAM, HttpUrlField, problem_responses
 from execution.connections import (
     CLIENT_AUTH,
     MAX_CONNECTIONS,
+    MAX_SECRET,
+    MAX_TEXT,
+    NAME_PATTERN,
+    NAME_RULE,
+    SECRET,
+    SHOWN,
     Kind,
     connection_create,
     connection_delete,
@@ -25,41 +38,113 @@ from execution.connections import (
     connections_list,
     validate_connection,
 )
+from execution.targets import HEADER_NAME_PATTERN, HEADER_VALUE_PATTERN
 
 NAME_PARAM = OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, description="The connection's name.")
 
 
-class ConnectionSerializer(serializers.Serializer):
-    name = serializers.CharField(
-        help_text="1-64 letters, digits, '.', '_' or '-'; what `requestSpec.connection` names."
-    )
-    kind = serializers.ChoiceField(choices=Kind.values)
-    username = serializers.CharField(required=False, help_text="`basic`: the user name.")
-    headerName = serializers.CharField(required=False, help_text="`apiKeyHeader`: the header each attempt carries.")
-    tokenUrl = serializers.URLField(required=False, help_text="`oauth2ClientCredentials`: the token endpoint.")
-    clientId = serializers.CharField(required=False, help_text="`oauth2ClientCredentials`: the client id.")
-    scope = serializers.CharField(required=False, allow_null=True, help_text="`oauth2ClientCredentials`: scopes.")
-    audience = serializers.CharField(
-        required=False, allow_null=True, help_text="`oauth2ClientCredentials`: the `audience` asked for, if any."
-    )
-    clientAuth = serializers.ChoiceField(
+# Each field a connection may be given, with execution.connections' rules as patterns where a
+# pattern can say them (which header names are credentials and unpaired surrogates
+# stay the server's to check), each made by a function of whether it is required.
+_USERNAME = visible_pattern(MAX_TEXT, also_refused=":")
+_SECRET = rf"^[^{CONTROL_CLASS}]{{1,{MAX_SECRET}}}$"
+_FIELDS = {
+    "username": lambda required: serializers.RegexField(
+        _USERNAME, required=required, help_text="`basic`: the user name (no ':')."
+    ),
+    "password": lambda required: serializers.RegexField(
+        _SECRET, required=required, write_only=True, help_text="`basic`: the password (secret)."
+    ),
+    "headerName": lambda required: serializers.RegexField(
+        HEADER_NAME_PATTERN, required=required, help_text="`apiKeyHeader`: the header each attempt carries."
+    ),
+    "headerValue": lambda required: serializers.RegexField(
+        HEADER_VALUE_PATTERN,
+        min_length=1,
+        max_length=MAX_SECRET,
+        required=required,
+        write_only=True,
+        help_text="`apiKeyHeader`: the header's value (secret).",
+    ),
+    "tokenUrl": lambda required: HttpUrlField(
+        required=required, help_text="`oauth2ClientCredentials`: the token endpoint."
+    ),
+    "clientId": lambda required: serializers.RegexField(
+        visible_pattern(MAX_TEXT), required=required, help_text="`oauth2ClientCredentials`: the client id."
+    ),
+    "clientSecret": lambda required: serializers.RegexField(
+        _SECRET, required=required, write_only=True, help_text="`oauth2ClientCredentials`: the client secret (secret)."
+    ),
+    "scope": lambda required: serializers.RegexField(
+        rf"^(?=[\s\S]*\S)[^{CONTROL_CLASS}]{{1,1024}}$",
+        required=required,
+        allow_null=True,
+        help_text="`oauth2ClientCredentials`: scopes, separated by spaces.",
+    ),
+    "audience": lambda required: serializers.RegexField(
+        visible_pattern(2048),
+        required=required,
+        allow_null=True,
+        help_text="`oauth2ClientCredentials`: the `audience` asked for, if any.",
+    ),
+    "clientAuth": lambda required: serializers.ChoiceField(
         choices=CLIENT_AUTH,
-        required=False,
+        required=required,
         help_text="`oauth2ClientCredentials`: the client's id and secret sent with HTTP Basic (default) or in the body.",
-    )
-    createdAt = serializers.DateTimeField(read_only=True)
-    updatedAt = serializers.DateTimeField(read_only=True)
-    secretUpdatedAt = serializers.DateTimeField(read_only=True, help_text="When the secret was last set.")
+    ),
+}
+_NAME_HELP = f"{NAME_RULE}; what `requestSpec.connection` names."
 
 
-class ConnectionInputSerializer(ConnectionSerializer):
-    password = serializers.CharField(required=False, write_only=True, help_text="`basic`: the password (secret).")
-    headerValue = serializers.CharField(
-        required=False, write_only=True, help_text="`apiKeyHeader`: the header's value (secret)."
+def _serializer(name: str, doc: str, fields: dict[str, serializers.Field]) -> type[serializers.Serializer]:
+    return type(name, (serializers.Serializer,), {"__doc__": doc, "__module__": __name__, **fields})
+
+
+def _name_and_kind(*kinds: str, required: bool = True) -> dict[str, serializers.Field]:
+    return {
+        "name": serializers.RegexField(NAME_PATTERN, required=required, help_text=_NAME_HELP),
+        "kind": serializers.ChoiceField(choices=list(kinds), required=required),
+    }
+
+
+ConnectionSerializer = _serializer(
+    "ConnectionSerializer",
+    "A connection as the API shows it: every field but its secret.",
+    {
+        **_name_and_kind(*Kind.values),
+        **{field: make(False) for field, make in _FIELDS.items() if field not in SECRET.values()},
+        "createdAt": serializers.DateTimeField(read_only=True),
+        "updatedAt": serializers.DateTimeField(read_only=True),
+        "secretUpdatedAt": serializers.DateTimeField(read_only=True, help_text="When the secret was last set."),
+    },
+)
+ConnectionChangeSerializer = _serializer(
+    "ConnectionChangeSerializer",
+    "A PATCH: any field of the connection's kind; its secret rotates it. The name and kind stay (given, they "
+    "must be the connection's).",
+    {**_name_and_kind(*Kind.values, required=False), **{field: make(False) for field, make in _FIELDS.items()}},
+)
+
+
+def _input_of(kind: str) -> type[serializers.Serializer]:
+    """What makes a connection of `kind`: its required fields and secret, its optional fields."""
+    required, optional = SHOWN[kind]
+    return _serializer(
+        f"{kind[0].upper()}{kind[1:]}ConnectionInputSerializer",
+        f"A `{kind}` connection to make.",
+        {
+            **_name_and_kind(kind),
+            **{field: _FIELDS[field](True) for field in (*required, SECRET[kind])},
+            **{field: _FIELDS[field](False) for field in optional},
+        },
     )
-    clientSecret = serializers.CharField(
-        required=False, write_only=True, help_text="`oauth2ClientCredentials`: the client secret (secret)."
-    )
+
+
+CONNECTION_INPUT = PolymorphicProxySerializer(
+    component_name="ConnectionInput",
+    serializers={kind: _input_of(kind) for kind in Kind.values},
+    resource_type_field_name="kind",
+)
 
 
 class ConnectionListSerializer(serializers.Serializer):
@@ -122,7 +207,7 @@ class ConnectionsApi(TenantApiView):
             "again, not even in this answer."
         ),
         parameters=[TENANT_PARAM],
-        request=ConnectionInputSerializer,
+        request=CONNECTION_INPUT,
         responses={
             201: OpenApiResponse(ConnectionSerializer, description="Made; `Location` names it."),
             **_problems(400, 401, 403, 404, 409, 413),
@@ -153,7 +238,7 @@ class ConnectionDetailApi(TenantApiView):
             "that names the connection (a token fetched before is not used again). The name and the kind stay."
         ),
         parameters=[TENANT_PARAM, NAME_PARAM],
-        request=ConnectionInputSerializer,
+        request=ConnectionChangeSerializer,
         responses={200: ConnectionSerializer, **_problems(400, 401, 403, 404, 413)},
         examples=[OpenApiExample("Rotate the client secret", value={"clientSecret": "n3w"}, request_only=True)],
     )

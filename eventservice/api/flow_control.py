@@ -56,6 +56,15 @@ class FlowControlSerializer(FlowLimitSerializer):
 
 
 class FlowControlInputSerializer(FlowControlSerializer):
+    """A PUT: each field may be absent, as null is (no limit); `{}` removes every limit."""
+
+    def get_fields(self):
+        fields = super().get_fields()
+        for name in ("parallelism", "ratePerSecond", "hosts"):
+            fields[name].required = False
+        fields["hosts"].allow_null = True
+        return fields
+
     ceilings = serializers.JSONField(
         required=False, help_text="Ignored: GET's read-only part, which a PUT may carry back."
     )

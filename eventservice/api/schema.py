@@ -8,11 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_field
 from rest_framework import serializers
 
 from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
+from execution.targets import HTTP_URL_PATTERN
 from tenants.models import TENANT_SLUG_PATTERN
 
 
@@ -26,6 +27,12 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A tenant's API key: `Authorization: Bearer <key>` (`manage.py create_api_key`).",
         }
+
+
+@extend_schema_field({"type": "string", "format": "uri", "pattern": HTTP_URL_PATTERN})
+class HttpUrlField(serializers.URLField):
+    """An http or https URL, with url_error's syntax rules as the schema's pattern: `format: uri`
+    alone admits any scheme ("api:calls") that the server refuses."""
 
 
 TENANT_PARAM = OpenApiParameter(
@@ -97,21 +104,41 @@ CLOSED_REQUEST_COMPONENTS = (
     "SigningInputRequest",
     "BatchInputRequest",
     "BulkInputRequest",
+    "BulkFilterRequest",
     "CreateScheduleRequest",
     "PatchedUpdateScheduleRequest",
-    "ConnectionInputRequest",
+    "BasicConnectionInputRequest",
+    "ApiKeyHeaderConnectionInputRequest",
+    "Oauth2ClientCredentialsConnectionInputRequest",
+    "PatchedConnectionChangeRequest",
     "BackfillInputRequest",
+    "RetryPolicyRequest",
     "FlowControlInputRequest",
     "FlowLimitRequest",
 )
 
 
+# Request bodies that take exactly one of some fields (schedules.validation: a cron or an interval).
+ONE_OF_REQUIRED = {"CreateScheduleRequest": ("cron", "every")}
+# Operations whose body is required though drf-spectacular cannot tell (one of several kinds; a
+# body whose every field is optional).
+BODY_REQUIRED = ("connections_create", "flow_control_update")
+
+
 def closed_request_bodies(result, generator, request, public):
-    """drf-spectacular post-processing hook: say `additionalProperties: false` where it holds."""
+    """drf-spectacular post-processing hook: say `additionalProperties: false` where it holds,
+    which fields exclude each other, and which bodies are required."""
     schemas = result.get("components", {}).get("schemas", {})
     for name in CLOSED_REQUEST_COMPONENTS:
         if name in schemas:
             schemas[name]["additionalProperties"] = False
+    for name, fields in ONE_OF_REQUIRED.items():
+        if name in schemas:
+            schemas[name]["oneOf"] = [{"required": [field]} for field in fields]
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and operation.get("operationId") in BODY_REQUIRED:
+                operation["requestBody"]["required"] = True
     return result
 
 

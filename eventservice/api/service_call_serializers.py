@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from drf_spectacular.utils import OpenApiParameter
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import serializers
 
-from core.text import name_pattern, tag_pattern
+from core.text import name_pattern, tag_pattern, visible_pattern
 from delivery.models import Notification
-from eventservice.api.schema import ProblemSerializer
+from eventservice.api.schema import HttpUrlField, ProblemSerializer
+from execution.connections import NAME_PATTERN as CONNECTION_NAME_PATTERN
 from execution.outcomes import ErrorKind
+from execution.targets import HEADER_VALUE_PATTERN, MAX_HEADER_VALUE
 from orchestration.models import ServiceCall
 from orchestration.retries import (
     BACKOFF_CEILING_MS,
@@ -25,16 +27,16 @@ from orchestration.retries import (
     MAX_ATTEMPTS,
     RetryOn,
 )
-from orchestration.validation import MAX_BODY_DEPTH, METHODS, past_due_warning
+from orchestration.validation import MAX_BODY_DEPTH, MAX_IDEMPOTENCY_KEY, METHODS, past_due_warning
 
 
 class RequestSpecSerializer(serializers.Serializer):
     method = serializers.ChoiceField(choices=METHODS)
-    url = serializers.URLField(max_length=2048, help_text="Absolute http or https URL.")
+    url = HttpUrlField(max_length=2048, help_text="Absolute http or https URL.")
     headers = serializers.DictField(
-        child=serializers.CharField(),
+        child=serializers.RegexField(HEADER_VALUE_PATTERN, max_length=MAX_HEADER_VALUE),
         required=False,
-        help_text="Header name to value. In responses, secret values are shown as `***`.",
+        help_text="Header name (an RFC 9110 token) to value. In responses, secret values are shown as `***`.",
     )
     body = serializers.JSONField(
         required=False,
@@ -45,7 +47,8 @@ class RequestSpecSerializer(serializers.Serializer):
         ),
     )
     timeoutMs = serializers.IntegerField(min_value=1, max_value=120_000, required=False)
-    connection = serializers.CharField(
+    connection = serializers.RegexField(
+        CONNECTION_NAME_PATTERN,
         required=False,
         help_text="The name of one of the tenant's connections: each attempt carries its credentials "
         "(docs/connections.md). The request may not set the header the connection sets.",
@@ -266,7 +269,9 @@ class SubmitServiceCallSerializer(serializers.Serializer):
         help_text="ISO 8601 with a time zone, at most one year ahead; absent or past means now.",
     )
     tags = _tag_list(required=False)
-    idempotencyKey = serializers.CharField(max_length=200, required=False, help_text="Or the Idempotency-Key header.")
+    idempotencyKey = serializers.RegexField(
+        visible_pattern(MAX_IDEMPOTENCY_KEY), required=False, help_text="Or the Idempotency-Key header."
+    )
     retryPolicy = RetryPolicySerializer(required=False, allow_null=True)
 
 
@@ -282,14 +287,25 @@ class RerunInputSerializer(serializers.Serializer):
     )
 
 
+# A filter's bound: a date-time, a date, or empty (no bound).
+INSTANT = {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}, {"maxLength": 0}]}
+INSTANT_HELP = "ISO 8601 date-time with a zone, or a date (YYYY-MM-DD, UTC)."
+
+
+@extend_schema_field(INSTANT)
+class InstantField(serializers.CharField):
+    def __init__(self, **kwargs):
+        super().__init__(allow_blank=True, help_text=INSTANT_HELP, **kwargs)
+
+
 class BulkFilterSerializer(serializers.Serializer):
     status = serializers.ListField(child=serializers.ChoiceField(choices=ServiceCall.Status.values), required=False)
-    tag = serializers.ListField(child=serializers.CharField(max_length=64), required=False, help_text="All of these.")
+    tag = _tag_list(required=False, help_text="All of these.")
     q = serializers.CharField(required=False, help_text="Name contains (case-insensitive).")
-    submittedFrom = serializers.CharField(required=False)
-    submittedTo = serializers.CharField(required=False)
-    dueFrom = serializers.CharField(required=False)
-    dueTo = serializers.CharField(required=False)
+    submittedFrom = InstantField(required=False)
+    submittedTo = InstantField(required=False)
+    dueFrom = InstantField(required=False)
+    dueTo = InstantField(required=False)
     favorite = serializers.BooleanField(required=False)
     scheduleId = serializers.UUIDField(required=False, help_text="The calls a schedule made.")
 
@@ -297,9 +313,7 @@ class BulkFilterSerializer(serializers.Serializer):
 class BulkInputSerializer(serializers.Serializer):
     action = serializers.ChoiceField(choices=["cancel", "rerun", "addTags", "removeTags"])
     filter = BulkFilterSerializer(help_text="The list's filters; {} matches every call of the tenant.")
-    tags = serializers.ListField(
-        child=serializers.CharField(max_length=64), required=False, help_text="addTags and removeTags only."
-    )
+    tags = _tag_list(required=False, help_text="addTags and removeTags only.")
     dryRun = serializers.BooleanField(
         required=False, help_text="true: count the calls it would act on, change nothing."
     )
@@ -317,8 +331,11 @@ class BulkOutputSerializer(serializers.Serializer):
 
 
 class BatchInputSerializer(serializers.Serializer):
-    calls = SubmitServiceCallSerializer(
-        many=True, help_text="1 to 100 calls, each as `POST .../service-calls` takes one."
+    calls = serializers.ListField(
+        child=SubmitServiceCallSerializer(),
+        min_length=1,
+        max_length=100,
+        help_text="1 to 100 calls, each as `POST .../service-calls` takes one.",
     )
 
 
@@ -329,6 +346,11 @@ class BatchItemSerializer(serializers.Serializer):
     )
     call = ServiceCallSerializer(required=False, help_text="The call, for 202 and 200.")
     problem = ProblemSerializer(required=False, help_text="Why the item was refused, for 400 and 409.")
+    warning = serializers.CharField(
+        required=False,
+        help_text='For a 202 whose dueAt was more than a minute in the past: "dueAt ... is in the past: the call is '
+        'due now." (a single submission says it in a `Warning` header).',
+    )
 
 
 class BatchOutputSerializer(serializers.Serializer):

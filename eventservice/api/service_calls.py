@@ -43,7 +43,7 @@ from orchestration.services import (
     service_calls_bulk,
     service_calls_submit_batch,
 )
-from orchestration.validation import validate_rerun, validate_submission
+from orchestration.validation import Submission, past_due_warning, validate_rerun, validate_submission
 from outbox.models import OutboxEvent
 from outbox.selectors import FeedPositionAhead, events_feed, events_for_call, feed_seq_of_event
 
@@ -55,8 +55,7 @@ _problems = problem_responses(
     }
 )
 # A filter time: a date-time with a zone, a date, or empty (no bound), as forms send it.
-INSTANT = {"type": "string", "anyOf": [{"format": "date-time"}, {"format": "date"}, {"maxLength": 0}]}
-INSTANT_HELP = "ISO 8601 date-time with a zone, or a date (YYYY-MM-DD, UTC)."
+INSTANT, INSTANT_HELP = s.INSTANT, s.INSTANT_HELP
 CALL_PARAM = OpenApiParameter("service_call_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 
 
@@ -198,10 +197,11 @@ class ServiceCallBatchApi(ServiceCallBaseApi):
         },
     )
     def post(self, request: Request, tenant_id: str) -> Response:
+        items = validate_batch(request.data)
         results = service_calls_submit_batch(
-            tenant_id=self.tenant_id, items=validate_batch(request.data), correlation_id=request.correlation_id
+            tenant_id=self.tenant_id, items=items, correlation_id=request.correlation_id
         )
-        answers = [_batch_answer(request, result) for result in results]
+        answers = [_batch_answer(request, item, result) for item, result in zip(items, results, strict=True)]
         return Response(
             {
                 "results": answers,
@@ -212,7 +212,7 @@ class ServiceCallBatchApi(ServiceCallBaseApi):
         )
 
 
-def _batch_answer(request: Request, result: BatchResult) -> dict[str, Any]:
+def _batch_answer(request: Request, item: Submission | ValidationFailed, result: BatchResult) -> dict[str, Any]:
     if result.error is not None:
         error = result.error
         problem = problem_body(
@@ -225,7 +225,10 @@ def _batch_answer(request: Request, result: BatchResult) -> dict[str, Any]:
         )
         return {"status": error.status, "problem": problem}
     if result.created:
-        return {"status": 202, "call": service_call_representation(result.call, tags=result.tags, request=request)}
+        answer = {"status": 202, "call": service_call_representation(result.call, tags=result.tags, request=request)}
+        if isinstance(item, Submission) and (warning := past_due_warning(item.due_at)) is not None:
+            answer["warning"] = warning  # what a single submission says in its Warning header
+        return answer
     return {"status": 200, "call": _call(request, result.call.tenant_id, result.call.service_call_id)}
 
 
@@ -427,11 +430,11 @@ class TenantEventsApi(TenantApiView):
             ),
             OpenApiParameter(
                 "types",
-                {"type": "string"},
-                description=(
-                    "Comma-separated event types to return (absent: all); the iterator still moves "
-                    f"past the others. One of: {', '.join(EVENT_TYPES)}."
-                ),
+                {"type": "array", "items": {"type": "string", "enum": list(EVENT_TYPES)}},
+                style="form",
+                explode=False,
+                description="Comma-separated event types to return (absent: all); the iterator still moves "
+                "past the others.",
             ),
             OpenApiParameter(
                 "limit", {"type": "integer", "minimum": 1, "maximum": EVENTS_MAX_LIMIT, "default": EVENTS_DEFAULT_LIMIT}

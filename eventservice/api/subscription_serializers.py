@@ -14,6 +14,7 @@ from core.text import name_pattern, tag_pattern
 from delivery.channels import kinds, tenant_kinds
 from delivery.models import DeliveryAttempt, Notification
 from delivery.validation import EVENT_TYPES, MAX_NAME
+from eventservice.api.schema import HttpUrlField
 
 NAME_PATTERN = name_pattern()
 # The kinds a tenant may make (delivery/channels/): `^webhook$`.
@@ -48,7 +49,7 @@ class CreateSubscriptionSerializer(serializers.Serializer):
         help_text="`webhook` (the default): tenants make webhooks; NATS is configured by the operator.",
     )
     name = serializers.RegexField(NAME_PATTERN, max_length=MAX_NAME)
-    url = serializers.URLField(
+    url = HttpUrlField(
         max_length=2048,
         help_text="Absolute http or https URL; it passes the same egress policy as a call's URL.",
     )
@@ -61,7 +62,7 @@ class UpdateSubscriptionSerializer(serializers.Serializer):
     """What a PATCH may change; an absent field stays as it is. `kind` cannot change."""
 
     name = serializers.RegexField(NAME_PATTERN, max_length=MAX_NAME, required=False)
-    url = serializers.URLField(max_length=2048, required=False)
+    url = HttpUrlField(max_length=2048, required=False)
     eventTypes = _event_types(required=False)
     tags = _tags(required=False)
     enabled = serializers.BooleanField(

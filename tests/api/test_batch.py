@@ -181,3 +181,17 @@ def test_a_batchs_calls_are_charged_at_the_ceilings_pace(acme_api, monkeypatch):
     assert_problem(acme_api.post(calls_url(), valid_payload()), 429)
     clock[0] += 1.0
     assert acme_api.post(calls_url(), valid_payload()).status_code == 202
+
+
+def test_an_item_due_in_the_past_says_so_in_its_result(acme_api):
+    """As a single submission's Warning header does: the call is kept, due now."""
+    items = [valid_payload(name="late", dueAt="2020-01-01T00:00:00Z"), valid_payload(name="now")]
+
+    results = acme_api.post(batch_url(), {"calls": items}).json()["results"]
+
+    assert [result["status"] for result in results] == [202, 202]
+    assert results[0]["warning"] == "dueAt 2020-01-01T00:00:00.000Z is in the past: the call is due now."
+    assert "warning" not in results[1]
+    # Sent again under the same key: the call stored earlier, and no second word about its time.
+    again = acme_api.post(batch_url(), {"calls": [{**items[0], "idempotencyKey": "late-1"}] * 2}).json()["results"]
+    assert [result["status"] for result in again] == [202, 200] and "warning" not in again[1]

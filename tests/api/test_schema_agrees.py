@@ -2,16 +2,20 @@
 find them apart (schemathesis found these): the name and tag patterns leave out every control
 and invisible formatting character the server refuses (C1 and DEL included); a subscription's
 `enabled` is a boolean (null is refused, as the schema says); the flow-control body is closed;
-an empty `dueAt` is refused."""
+an empty `dueAt` is refused; a URL's form, a header's value, a connection's fields by its kind and a
+schedule's cron-or-interval are in the schema as the server checks them."""
 
 from __future__ import annotations
 
 import re
 
+import jsonschema
 import pytest
 from django.test import Client
 
 from core.text import name_problem, tag_problem
+from execution.egress import EgressPolicy
+from execution.targets import header_value_error, url_error
 from tests.support.api import ApiClient, calls_url, valid_payload
 
 
@@ -87,3 +91,73 @@ def test_the_name_pattern_takes_what_the_server_takes_across_lines(schema):
     name = "\u2028Nightly"
     assert name_problem(name) is None
     assert _pattern(schema, "SubmitServiceCallRequest", "name").match(name)
+
+
+def _validator(schema, component: str):
+    """A JSON Schema validator of a component, its references resolved in the whole document."""
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{component}", **schema})
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1/x?y=1#z",
+        "HTTP://api.example.com",
+        "http://[::1]:8080/",
+        "http://127.0.0.1:8000/mock/json",
+        "api:service-calls",
+        "ftp://files.example.com/x",
+        "http://user:pw@api.example.com/",
+        "http://api.example.com\\@evil.example/",
+        "http://api.example.com/a b",
+        "http://api.example.com/\x7f",
+        "http:///x",
+        "//api.example.com/x",
+    ],
+)
+def test_a_url_the_server_takes_the_pattern_takes_and_one_it_refuses_for_its_form_the_pattern_refuses(schema, url):
+    taken = url_error(url, policy=EgressPolicy.from_settings()) is None
+    for component, field in (
+        ("RequestSpecRequest", "url"),
+        ("CreateSubscriptionRequest", "url"),
+        ("Oauth2ClientCredentialsConnectionInputRequest", "tokenUrl"),
+    ):
+        matches = bool(_pattern(schema, component, field).match(url))
+        assert matches or not taken, (component, url)
+    if not url.lower().startswith(("http://", "https://")) or "@" in url or " " in url or "\\" in url:
+        assert not _pattern(schema, "RequestSpecRequest", "url").match(url)
+
+
+def test_a_header_value_the_pattern_takes_is_one_the_server_takes(schema):
+    value = re.compile(
+        schema["components"]["schemas"]["RequestSpecRequest"]["properties"]["headers"]["additionalProperties"][
+            "pattern"
+        ]
+    )
+    for code in range(0x300):
+        ch = chr(code)
+        assert bool(value.match(f"a{ch}b")) == (header_value_error("X", f"a{ch}b") is None), hex(code)
+
+
+def test_a_connection_takes_the_fields_of_its_kind(schema, world):
+    body = {"name": "crm", "kind": "apiKeyHeader", "headerName": "X-Api-Key", "headerValue": "k-123"}
+    connection = _validator(schema, "ConnectionInputRequest")
+    assert connection.is_valid(body)
+    for wrong in (
+        {**body, "username": "u"},
+        {**body, "kind": "basic"},
+        {k: v for k, v in body.items() if k != "headerValue"},
+    ):
+        assert not connection.is_valid(wrong), wrong
+        answer = ApiClient(world.acme_key).post("/api/tenants/acme/connections", wrong)
+        assert answer.status_code == 400, (wrong, answer.json())
+    assert ApiClient(world.acme_key).post("/api/tenants/acme/connections", body).status_code == 201
+
+
+def test_a_schedule_takes_a_cron_or_an_interval(schema, world):
+    schedule = _validator(schema, "CreateScheduleRequest")
+    body = {"name": "nightly", "requestSpec": {"method": "GET", "url": "https://api.example.com/x"}}
+    assert schedule.is_valid({**body, "cron": "0 2 * * *"}) and schedule.is_valid({**body, "every": "15m"})
+    for wrong in (body, {**body, "cron": "0 2 * * *", "every": "15m"}):
+        assert not schedule.is_valid(wrong)
+        assert ApiClient(world.acme_key).post("/api/tenants/acme/schedules", wrong).status_code == 400
