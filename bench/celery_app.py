@@ -65,11 +65,22 @@ def ping() -> None:
 
 
 @app.task(name="bench.call")
-def call(url: str, tenant_id: str, receivers: list[str], nats_url: str, subject_prefix: str, inline: bool) -> None:
+def call(
+    url: str,
+    tenant_id: str,
+    receivers: list[str],
+    nats_url: str,
+    subject_prefix: str,
+    inline: bool,
+    eta: float | None = None,
+) -> None:
     """A drained call's work: its request, then a delivery task per event and subscriber (as the
     agent: one subscriber's failure is retried alone, a slow one holds no other), or with
     `inline` each delivery made in this task, once (the cheapest a Celery user could write: no
-    retry, and a slow subscriber holds the call's worker)."""
+    retry, and a slow subscriber holds the call's worker). Given the task's `eta` (the capacity
+    steps), its start's lateness goes to LATENESS_KEY first, as the agent's startedAt − dueAt."""
+    if eta is not None:
+        client().rpush(LATENESS_KEY, time.time() - eta)
     subject = f"{subject_prefix}.{tenant_id}"
     for event in peer_work.call(url, tenant_id=tenant_id):
         for receiver in receivers:

@@ -147,7 +147,7 @@ def celery_same_work(
     then until every event reached every subscriber: their lag, and the CPU per call of the
     worker's processes and of the Redis servers running on this machine (the broker's work is
     Celery's, as SQLite's is the agent's; neither side's NATS server or receivers count)."""
-    from bench import celery_app, peer_work
+    from bench import celery_app
 
     r = _redis()
     r.delete(celery_app.CALLS_DONE_KEY, celery_app.DELIVERY_FAILURES_KEY)
@@ -171,37 +171,47 @@ def celery_same_work(
     celery_app.app.control.cancel_consumer(celery_app.CALLS_QUEUE, reply=True, timeout=10)
     calls = int(r.get(celery_app.CALLS_DONE_KEY) or 0)
     expected = 2 * calls  # each call's Running and Succeeded (or Failed) events
-
-    def delivered() -> bool:
-        """Every subscriber has at least an arrival per event (counted: the records themselves
-        are read once, after, so the wait takes little from the machine Celery runs on)."""
-        counts = [delivery.webhook_count(base) for _, base in delivery.receivers]
-        if nats_url:
-            counts.append(delivery.stream_count())  # the stream keeps a message once (Nats-Msg-Id)
-        return all(count >= expected for count in counts)
-
-    waited = bool(wait_until(delivered, timeout=timeout, interval=0.25))
+    all_delivered, figures = celery_deliveries(delivery, expected=expected, timeout=timeout)
     cpu, redis_cpu = cpu_seconds(pids) - cpu_before, cpu_seconds(redis_pids) - redis_before
-    latest = {f"webhook-{n}": delivery.webhook_records(base) for n, (_, base) in enumerate(delivery.receivers, 1)}
-    if nats_url:
-        latest["nats"] = delivery.stream_records()
-    events = {event_id for arrivals in latest.values() for event_id, _ in arrivals}
-    # The counts include a receiver's retried requests: only its distinct events say all came.
-    all_delivered = waited and all(len({e for e, _ in arrivals}) >= expected for arrivals in latest.values())
-    figures = delivery_figures({event_id: peer_work.created_at(event_id) for event_id in events}, latest)
     return {
         "calls": calls,
         "seconds": calls_seconds,
         "rate": calls / calls_seconds,
         "all_delivered": all_delivered,
         "events_expected": expected,
-        "events_seen": len(events),  # by at least one subscriber
+        "events_seen": figures["events"],  # by at least one subscriber
         "delivery": figures,
         "delivery_failures": int(r.get(celery_app.DELIVERY_FAILURES_KEY) or 0),
         "cpu_seconds": cpu,
         "redis_cpu_seconds": redis_cpu if redis_pids else None,
         "cpu_ms_per_call": (cpu + redis_cpu) * 1000 / calls if calls else None,
     }
+
+
+def celery_deliveries(delivery: Delivery, *, expected: int, timeout: float) -> tuple[bool, dict]:
+    """Waits until every subscriber of `delivery` (its receivers, and its stream when made) has
+    `expected` events; whether all arrived, and the figures of what did (agent.delivery_figures:
+    lag from each event's making, read from its UUIDv7 id)."""
+    from bench import peer_work
+
+    nats = delivery.stream_made
+
+    def delivered() -> bool:
+        """Every subscriber has at least an arrival per event (counted: the records themselves
+        are read once, after, so the wait takes little from the machine Celery runs on)."""
+        counts = [delivery.webhook_count(base) for _, base in delivery.receivers]
+        if nats:
+            counts.append(delivery.stream_count())  # the stream keeps a message once (Nats-Msg-Id)
+        return all(count >= expected for count in counts)
+
+    waited = bool(wait_until(delivered, timeout=timeout, interval=0.25))
+    latest = {f"webhook-{n}": delivery.webhook_records(base) for n, (_, base) in enumerate(delivery.receivers, 1)}
+    if nats:
+        latest["nats"] = delivery.stream_records()
+    events = {event_id for arrivals in latest.values() for event_id, _ in arrivals}
+    # The counts include a receiver's retried requests: only its distinct events say all came.
+    all_delivered = waited and all(len({e for e, _ in arrivals}) >= expected for arrivals in latest.values())
+    return all_delivered, delivery_figures({event_id: peer_work.created_at(event_id) for event_id in events}, latest)
 
 
 # --- django-q2 (ORM broker on the same SQLite database) ---------------------------------------
