@@ -29,11 +29,13 @@ from delivery.nats_subjects import (
     DEFAULT_SUBJECT_TEMPLATE,
     PLACEHOLDERS,
     SUBJECT_TEMPLATE_MAX_LENGTH,
+    nats_servers,
     subject_covers,
     subject_for,
     valid_msg_id,
     validate_stream_subjects,
     validate_subject_template,
+    without_credentials,
 )
 
 __all__ = [
@@ -151,16 +153,6 @@ class _AckInbox:
                 ack.set_result(PubAck.from_response(answer))
         except Exception as exc:  # not a JetStream answer: this message failed, not the batch
             ack.set_exception(JetStreamError(f"NATS at {self._where} answered with no ack: {exc}"))
-
-
-def nats_servers(url: str) -> list[str]:
-    """The servers of a NATS_URL (several, comma-separated, for a cluster)."""
-    return [server.strip() for server in url.split(",") if server.strip()]
-
-
-def without_credentials(server: str) -> str:
-    """A server's URL without its user:password@, for logs and pages."""
-    return re.sub(r"//[^@/]*@", "//", server)
 
 
 class JetStreamPublisher:

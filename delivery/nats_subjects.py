@@ -1,6 +1,7 @@
 """NATS subjects for event delivery (docs/events.md): the stream's subjects, subject templates
-and message ids, as pure rules (what the settings, the API and the admin need to validate them,
-with no connection and no nats-py). The publisher that sends on them is delivery/nats.py."""
+and message ids, and the servers of NATS_URL, as pure rules (what the settings, the API, the
+admin and the health answer need, with no connection and no nats-py, whose import costs every
+process a fifth of a second). The publisher that sends on them is delivery/nats.py."""
 
 from __future__ import annotations
 
@@ -149,3 +150,13 @@ def _subject_error(subject: str) -> str | None:
 def valid_msg_id(msg_id: str) -> bool:
     """Whether `msg_id` can go in a Nats-Msg-Id header: printable, no spaces, not empty."""
     return bool(msg_id) and msg_id.isprintable() and " " not in msg_id
+
+
+def nats_servers(url: str) -> list[str]:
+    """The servers of a NATS_URL (several, comma-separated, for a cluster)."""
+    return [server.strip() for server in url.split(",") if server.strip()]
+
+
+def without_credentials(server: str) -> str:
+    """A server's URL without its user:password@, for logs and pages."""
+    return re.sub(r"//[^@/]*@", "//", server)

@@ -36,7 +36,6 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
 from django.db.backends.signals import connection_created
-from psycopg_pool import PoolTimeout
 
 _POSTGRESQL_BASE = "django.db.backends.postgresql.base"
 
@@ -71,9 +70,14 @@ def pool_release(alias: str = DEFAULT_DB_ALIAS) -> None:
 
 
 def is_pool_timeout(exc: BaseException) -> bool:
-    """Whether `exc` says that no pooled connection came free within DB_POOL_TIMEOUT_SECONDS."""
-    return isinstance(exc, PoolTimeout) or (
-        isinstance(exc, OperationalError) and isinstance(exc.__cause__, PoolTimeout)
+    """Whether `exc` says that no pooled connection came free within DB_POOL_TIMEOUT_SECONDS.
+    psycopg_pool not imported (SQLite: every process would pay a tenth of a second for it): no pool
+    has timed out."""
+    pool = sys.modules.get("psycopg_pool")
+    if pool is None:
+        return False
+    return isinstance(exc, pool.PoolTimeout) or (
+        isinstance(exc, OperationalError) and isinstance(exc.__cause__, pool.PoolTimeout)
     )
 
 

@@ -13,8 +13,8 @@ from django.db import connection
 from django.db.models import Count
 
 from core.ids import iso_ms, utcnow
-from delivery.nats import nats_servers as servers_of
-from delivery.nats import without_credentials
+from delivery.nats_subjects import nats_servers as servers_of
+from delivery.nats_subjects import without_credentials
 from execution.models import HttpExecution
 from orchestration.selectors import status_counts
 from outbox.selectors import outbox_backlog

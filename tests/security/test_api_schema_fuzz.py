@@ -83,6 +83,7 @@ BEYOND_THE_SCHEMA = {
     "url": "a URL's host is a valid host name or address that the egress policy allows",
     "requestSpec.url": "as url",
     "tokenUrl": "as url",
+    "requestSpec.body": "no string or key at any depth holds a NUL or a lone surrogate",
     "requestSpec.headers": "header names are tokens and not the agent's own (OpenAPI 3.0 cannot constrain keys)",
     "requestSpec.connection": "the connection exists",
     "idempotencyKey": "the body's key equals the Idempotency-Key header, when both are given",
@@ -99,12 +100,13 @@ BEYOND_THE_SCHEMA = {
     "retryPolicy.minBackoffMs": "at most maxBackoffMs",
     "headerName": "not a header the agent sets itself (Host, Content-Type, webhook-*)",
     "tags": "a bulk addTags or removeTags names at least one",
+    "rotateSecret": "a signing secret is rotated while signing is enabled",
     "hosts": "flow control's hosts are host names, with a port (OpenAPI 3.0 cannot constrain keys)",
 }
 # A connection's PATCH takes the fields of the kind it was made with, which its body does not
-# name, and its name only unchanged.
+# name, and its name and kind only unchanged.
 CONNECTION_FIELDS = {
-    "name", "username", "password", "headerName", "headerValue", "tokenUrl", "clientId", "clientSecret", "scope",
+    "name", "kind", "username", "password", "headerName", "headerValue", "tokenUrl", "clientId", "clientSecret", "scope",
     "audience", "clientAuth",
 }  # fmt: skip
 
@@ -132,7 +134,7 @@ def invalid_data_refused(ctx, response, case):
     try:
         return checks.negative_data_rejection(ctx, response, case)
     except Failure:
-        if case.operation.definition.raw.get("operationId") != "service_calls_batch" or response.status_code != 200:
+        if case.operation.definition.raw.get("operationId") != "service_calls_submit_batch" or response.status_code != 200:
             raise
         if not any(result["status"] == 400 for result in json.loads(response.content)["results"]):
             raise
