@@ -146,7 +146,7 @@ def celery_step(rate: int, *, seconds: float, url: str, delivery: agent.Delivery
             args=[url, tenant, hooks, nats_url, delivery.prefix, inline],
             kwargs={"eta": eta},
             eta=datetime.fromtimestamp(eta, UTC),
-            queue=celery_app.CALLS_QUEUE,
+            queue=celery_app.QUEUE,  # consumed from the worker's start, as the lateness peer's ETA tasks
         )
 
     started = time.perf_counter()
@@ -154,19 +154,14 @@ def celery_step(rate: int, *, seconds: float, url: str, delivery: agent.Delivery
         celery_app.ping.delay()
     per_task_ms = (time.perf_counter() - started) * 1000 / PLAN_SAMPLE
     dues = _dues(count, seconds, time.time() + agent.lead_for(count, per_task_ms, 3.0))
-    celery_app.app.control.add_consumer(celery_app.CALLS_QUEUE, reply=True, timeout=10)
-    try:
-        for due in dues:
-            queue(due)
-        agent._sleep_until(dues[0])
-        wait_until(
-            lambda: int(r.get(celery_app.CALLS_DONE_KEY) or 0) >= count,
-            timeout=max(0.0, dues[-1] - time.time()) + 60,
-            interval=0.05,
-        )
-    finally:
-        celery_app.app.control.cancel_consumer(celery_app.CALLS_QUEUE, reply=True, timeout=10)
-        r.delete(celery_app.CALLS_QUEUE)  # what was left to run: the next rate starts on an empty queue
+    for due in dues:
+        queue(due)
+    agent._sleep_until(dues[0])
+    wait_until(
+        lambda: int(r.get(celery_app.CALLS_DONE_KEY) or 0) >= count,
+        timeout=max(0.0, dues[-1] - time.time()) + 60,
+        interval=0.05,
+    )
     calls = int(r.get(celery_app.CALLS_DONE_KEY) or 0)
     delivered, figures = peers.celery_deliveries(delivery, expected=2 * calls, timeout=60)
     lateness = [float(value) for value in r.lrange(celery_app.LATENESS_KEY, 0, -1)]
