@@ -53,8 +53,6 @@ from bench.database import ScratchPostgres  # noqa: E402
 
 METRICS = ("lateness", "drain", "capacity", "submission", "flow", "neighbour", "list")
 DATABASES = ("sqlite", "postgres")
-# The target on the agent workers' CPU per drained call: below the figure of the issue's day.
-CPU_PER_DRAINED_CALL_MS = 3.9
 # The POST target against its floor (bench/floor.py), both measured in the same run.
 POST_FLOOR_SHARE = 0.60
 POST_RATE = 300
@@ -728,15 +726,8 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         per_call = cpu["drain"] * 1000 / a["drain"]["calls"] if "drain" in cpu and a.get("drain") else None
         per_request = get(b, "drain", "cpu_per_request_ms")
         if per_call is not None or per_request is not None:
-            add(
-                "CPU per drained call (ms; bare: per request)",
-                per_call,
-                bare=per_request,
-                target=verdict(
-                    None if per_call is None else per_call < CPU_PER_DRAINED_CALL_MS, f"< {CPU_PER_DRAINED_CALL_MS} ms"
-                ),
-                digits=2,
-            )
+            # Reported beside its floor; its target is the same-work ratio below.
+            add("CPU per drained call (ms; bare: per request)", per_call, bare=per_request, digits=2)
         lag99 = get(a, "drain", "outbox_lag_ms", "p99")
         add("outbox lag p50 (ms)", get(a, "drain", "outbox_lag_ms", "p50"))
         add("outbox lag p99 (ms)", lag99, target=verdict(None if lag99 is None else lag99 <= 1000, "≤ 1000 ms"))
@@ -811,13 +802,7 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
             add("drain without subscribers: rate all terminal (/s)", rate_plain, target=versus(rate_plain), digits=0)
             if "drain_plain" in cpu:
                 per_plain = cpu["drain_plain"] * 1000 / plain["calls"]
-                add(
-                    "CPU per drained call without subscribers (ms)",
-                    per_plain,
-                    bare=per_request,
-                    target=verdict(per_plain < CPU_PER_DRAINED_CALL_MS, f"< {CPU_PER_DRAINED_CALL_MS} ms"),
-                    digits=2,
-                )
+                add("CPU per drained call without subscribers (ms)", per_plain, bare=per_request, digits=2)
             add("outbox lag p99 without subscribers (ms)", get(plain, "outbox_lag_ms", "p99"))
     two = a.get("drain_two")
     if two:

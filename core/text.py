@@ -33,21 +33,26 @@ def hidden_class() -> str:
     return "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in ranges)
 
 
-def name_pattern(max_length: int = 200) -> str:
+# The patterns below say no length: an ECMAScript pattern without the `u` flag counts UTF-16
+# units (an emoji is two), JSON Schema's maxLength counts characters, as the server does. Their
+# fields give it as max_length.
+
+
+def name_pattern() -> str:
     """A name as the OpenAPI schema says it: something visible, nothing INVISIBLE."""
     # [\s\S], not '.': ECMAScript's '.' stops at U+2028, which a name may hold.
-    return rf"^(?=[\s\S]*\S)[^{hidden_class()}]{{1,{max_length}}}$"
+    return rf"^(?=[\s\S]*\S)[^{hidden_class()}]+$"
 
 
-def visible_pattern(max_length: int, *, also_refused: str = "") -> str:
+def visible_pattern(*, also_refused: str = "") -> str:
     """Visible characters only, as the OpenAPI schema says it: no whitespace, nothing INVISIBLE,
     none of `also_refused` (characters as a regular expression's class holds them)."""
-    return rf"^[^\s{also_refused}{hidden_class()}]{{1,{max_length}}}$"
+    return rf"^[^\s{also_refused}{hidden_class()}]+$"
 
 
 def tag_pattern() -> str:
-    """A tag as the OpenAPI schema says it: no whitespace, nothing INVISIBLE."""
-    return visible_pattern(MAX_TAG)
+    """A tag as the OpenAPI schema says it: no whitespace, nothing INVISIBLE (1-MAX_TAG long)."""
+    return visible_pattern()
 
 
 def first_of(text: str, categories: frozenset[str], *, allowed: str = "") -> str | None:

@@ -53,18 +53,19 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
     for unknown in sorted(set(data) - allowed):
         error(unknown if isinstance(unknown, str) and not _CONTROL.search(unknown) else "body", "Unknown field.")
 
+    # A field given is checked, null too (the schema's types are not nullable): null is not "absent".
     kind = data.get("kind")
     kinds = tuple(channel.kind for channel in offered)
-    if kind is None and not partial:
+    if "kind" not in data and not partial:
         kind = DEFAULT_KIND
-    if kind is not None and (partial or kind not in kinds):
+    if "kind" in data and (partial or kind not in kinds):
         if partial:
             error("kind", "The kind of a subscription cannot be changed.")
         else:
             error("kind", f"kind must be one of: {', '.join(kinds)}.")
 
     name = data.get("name")
-    if name is not None or not partial:
+    if "name" in data or not partial:
         if not isinstance(name, str) or not name.strip():
             error("name", "A name is required.")
         elif len(name.strip()) > MAX_NAME:
@@ -84,7 +85,7 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
         columns.update(channel.validate(data, kind=kind, partial=partial, error=error))
 
     event_types = data.get("eventTypes")
-    if event_types is not None:
+    if "eventTypes" in data:
         if not isinstance(event_types, list) or not all(isinstance(t, str) for t in event_types):
             error("eventTypes", "eventTypes is a list of event type names.")
             event_types = None
@@ -96,7 +97,7 @@ def validate_subscription(data: Any, *, partial: bool = False, operator: bool = 
             event_types = tuple(dict.fromkeys(event_types))
 
     tags = data.get("tags")
-    if tags is not None:
+    if "tags" in data:
         if not isinstance(tags, list):
             error("tags", "tags is a list of call tags.")
             tags = None

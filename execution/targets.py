@@ -4,11 +4,12 @@ and headers, a webhook subscription's URL and a connection's token URL and heade
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from core.text import CONTROL, first_of
+from core.text import CONTROL, INVISIBLE, first_of, hidden_class
 from execution.egress import EgressPolicy, client_host, parse_ip_literal, refused_header
 
 MAX_URL = 2048
@@ -16,11 +17,6 @@ MAX_HOST = 253
 # A host name as requests sends it (after IDNA): letters, digits, '-', '_' and dots.
 _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# What url_error's syntax rules say as a pattern (ECMAScript's and Python's alike), for the OpenAPI
-# schema: http or https, a host part with no credentials, nothing blank, no control character,
-# no backslash. Which hosts are valid and allowed stays the server's rule.
-_NOT_IN_URL = r"\s\u0000-\u001f\u007f\\"
-HTTP_URL_PATTERN = rf"^[Hh][Tt][Tt][Pp][Ss]?://[^{_NOT_IN_URL}/?#@]+(?:[/?#][^{_NOT_IN_URL}]*)?$"
 MAX_HEADER_VALUE = 8192
 # header_name_error's and header_value_error's rules as patterns, for the OpenAPI schema: a token;
 # tab, printable ASCII and Latin-1's printable characters.
@@ -30,6 +26,15 @@ HEADER_VALUE_PATTERN = r"^[\t\u0020-\u007e\u00a0-\u00ff]*$"
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
+@functools.cache
+def http_url_pattern() -> str:
+    """url_error's rules of form as a pattern (ECMAScript's and Python's alike), for the OpenAPI
+    schema: http or https, a host part with no credentials, no whitespace, control or invisible
+    character, no backslash. Which hosts are valid and allowed stays the server's rule."""
+    refused = rf"\s{hidden_class()}\\"
+    return rf"^[Hh][Tt][Tt][Pp][Ss]?://[^{refused}/?#@]+(?:[/?#][^{refused}]*)?$"
+
+
 def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
     if not isinstance(url, str) or not url.strip():
         return "A URL is required."
@@ -37,8 +42,8 @@ def url_error(url: Any, *, policy: EgressPolicy | None = None) -> str | None:
         return f"The URL is longer than {MAX_URL} characters."
     if _SURROGATE.search(url):
         return "The URL is not valid Unicode text."
-    if any(ch.isspace() for ch in url) or any(ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        return "The URL must not contain whitespace or control characters."
+    if any(ch.isspace() for ch in url) or first_of(url, INVISIBLE) is not None:
+        return "The URL must not contain whitespace, control or invisible characters."
     if "\\" in url:
         # Browsers read "\" as "/", RFC 3986 parsers do not: refused rather than guessed.
         return "The URL must not contain backslashes."

@@ -326,6 +326,10 @@ def validate_preview(
 BACKFILL_MAX = 1000
 
 
+# The earliest a backfill reaches back to.
+EARLIEST_BACKFILL = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def validate_backfill(data: Any, *, now: datetime | None = None) -> tuple[datetime, datetime, str | None]:
     """A backfill's `{from, to, overlap?}`: two instants, `from` before `to`, `to` not in the
     future (the occurrences to make are past ones; how many, at most BACKFILL_MAX, is counted by
@@ -352,6 +356,9 @@ def validate_backfill(data: Any, *, now: datetime | None = None) -> tuple[dateti
             found[name] = parse_instant(data[name], name)  # type: ignore[assignment]
         except ValueError as exc:
             errors.add(name, str(exc))
+    if "from" in found and found["from"] < EARLIEST_BACKFILL:
+        # Occurrences are computed in the schedule's zone: near year 1 the arithmetic overflows.
+        errors.add("from", f"from must be {EARLIEST_BACKFILL.year} or later.")
     if "to" in found and found["to"] > now:
         errors.add("to", "to must not be in the future: a backfill makes past occurrences.")
     if "from" in found and "to" in found and found["from"] >= found["to"]:

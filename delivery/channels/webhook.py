@@ -54,7 +54,7 @@ class WebhookChannel(Channel):
 
     def validate(self, data: Mapping[str, Any], *, kind: Any, partial: bool, error: ErrorSink) -> dict[str, Any]:
         url = data.get("url")
-        if kind == self.kind or (partial and url is not None):
+        if kind == self.kind or (partial and "url" in data):
             problem = url_error(url)
             if problem:
                 error("url", problem)

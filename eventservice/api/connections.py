@@ -46,14 +46,14 @@ NAME_PARAM = OpenApiParameter("name", OpenApiTypes.STR, OpenApiParameter.PATH, d
 # Each field a connection may be given, with execution.connections' rules as patterns where a
 # pattern can say them (which header names are credentials and unpaired surrogates
 # stay the server's to check), each made by a function of whether it is required.
-_USERNAME = visible_pattern(MAX_TEXT, also_refused=":")
-_SECRET = rf"^[^{CONTROL_CLASS}]{{1,{MAX_SECRET}}}$"
+_USERNAME = visible_pattern(also_refused=":")
+_SECRET = rf"^[^{CONTROL_CLASS}]+$"
 _FIELDS = {
     "username": lambda required: serializers.RegexField(
-        _USERNAME, required=required, help_text="`basic`: the user name (no ':')."
+        _USERNAME, max_length=MAX_TEXT, required=required, help_text="`basic`: the user name (no ':')."
     ),
     "password": lambda required: serializers.RegexField(
-        _SECRET, required=required, write_only=True, help_text="`basic`: the password (secret)."
+        _SECRET, max_length=MAX_SECRET, required=required, write_only=True, help_text="`basic`: the password (secret)."
     ),
     "headerName": lambda required: serializers.RegexField(
         HEADER_NAME_PATTERN, required=required, help_text="`apiKeyHeader`: the header each attempt carries."
@@ -70,19 +70,25 @@ _FIELDS = {
         required=required, help_text="`oauth2ClientCredentials`: the token endpoint."
     ),
     "clientId": lambda required: serializers.RegexField(
-        visible_pattern(MAX_TEXT), required=required, help_text="`oauth2ClientCredentials`: the client id."
+        visible_pattern(), max_length=MAX_TEXT, required=required, help_text="`oauth2ClientCredentials`: the client id."
     ),
     "clientSecret": lambda required: serializers.RegexField(
-        _SECRET, required=required, write_only=True, help_text="`oauth2ClientCredentials`: the client secret (secret)."
+        _SECRET,
+        max_length=MAX_SECRET,
+        required=required,
+        write_only=True,
+        help_text="`oauth2ClientCredentials`: the client secret (secret).",
     ),
     "scope": lambda required: serializers.RegexField(
-        rf"^(?=[\s\S]*\S)[^{CONTROL_CLASS}]{{1,1024}}$",
+        rf"^(?=[\s\S]*\S)[^{CONTROL_CLASS}]+$",
+        max_length=1024,
         required=required,
         allow_null=True,
         help_text="`oauth2ClientCredentials`: scopes, separated by spaces.",
     ),
     "audience": lambda required: serializers.RegexField(
-        visible_pattern(2048),
+        visible_pattern(),
+        max_length=2048,
         required=required,
         allow_null=True,
         help_text="`oauth2ClientCredentials`: the `audience` asked for, if any.",

@@ -55,14 +55,28 @@ class FlowControlSerializer(FlowLimitSerializer):
     )
 
 
+def _optional(fields: dict[str, serializers.Field]) -> dict[str, serializers.Field]:
+    """A PUT's fields: each may be absent, as null is (no limit)."""
+    for name in ("parallelism", "ratePerSecond", "hosts"):
+        if name in fields:
+            fields[name].required = False
+            fields[name].allow_null = True
+    return fields
+
+
+class FlowLimitInputSerializer(FlowLimitSerializer):
+    """A host's limits in a PUT: either may be absent (at least one given: the server's rule)."""
+
+    def get_fields(self):
+        return _optional(super().get_fields())
+
+
 class FlowControlInputSerializer(FlowControlSerializer):
     """A PUT: each field may be absent, as null is (no limit); `{}` removes every limit."""
 
     def get_fields(self):
-        fields = super().get_fields()
-        for name in ("parallelism", "ratePerSecond", "hosts"):
-            fields[name].required = False
-        fields["hosts"].allow_null = True
+        fields = _optional(super().get_fields())
+        fields["hosts"].child = FlowLimitInputSerializer()
         return fields
 
     ceilings = serializers.JSONField(

@@ -8,15 +8,24 @@ the builders emit.
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.text import name_pattern
+from core.text import hidden_class, name_pattern
 from eventservice.api import service_call_serializers as s
 from orchestration.models import OVERLAP_POLICIES
 from schedules.cron import DST_REPEATED, DST_SKIPPED
 from schedules.representation import State
+from schedules.validation import MAX_PAUSED_NOTE
 
 NAME_PATTERN = name_pattern()
+
+
+@extend_schema_field({"type": "string", "pattern": rf"^[^{hidden_class()}]*$", "maxLength": MAX_PAUSED_NOTE})
+class PausedNoteField(serializers.Field):
+    """A note: empty, or text with no control or invisible character (schedules.validation)."""
+
+
 CRON_HELP = (
     "Five fields, minute hour day-of-month month day-of-week (cron syntax, names and ranges allowed), "
     "evaluated in `timezone`. Six fields (seconds) are refused: the shortest interval is a minute."
@@ -39,9 +48,7 @@ class SchedulePoliciesSerializer(serializers.Serializer):
         help_text="Missed occurrences no older than this run once each, oldest first; older ones are skipped "
         "(`90s`, `15m`, `6h`, `30d`; default `1m`, at most `30d`).",
     )
-    pausedNote = serializers.CharField(
-        required=False, allow_null=True, max_length=500, help_text="Why it is paused (with `paused: true`)."
-    )
+    pausedNote = PausedNoteField(required=False, allow_null=True, help_text="Why it is paused (with `paused: true`).")
     dstSkipped = serializers.ChoiceField(
         choices=DST_SKIPPED,
         required=False,

@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from eventservice.api.base import DEFAULT_LIMIT, MAX_LIMIT
 from eventservice.api.errors import PROBLEM_CONTENT_TYPE
-from execution.targets import HTTP_URL_PATTERN
+from execution.targets import http_url_pattern
 from tenants.models import TENANT_SLUG_PATTERN
 
 
@@ -29,10 +29,11 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
         }
 
 
-@extend_schema_field({"type": "string", "format": "uri", "pattern": HTTP_URL_PATTERN})
-class HttpUrlField(serializers.URLField):
-    """An http or https URL, with url_error's syntax rules as the schema's pattern: `format: uri`
-    alone admits any scheme ("api:calls") that the server refuses."""
+@extend_schema_field({"type": "string", "pattern": http_url_pattern()})
+class HttpUrlField(serializers.CharField):
+    """An http or https URL, with url_error's rules of form as the schema's pattern. Not `format:
+    uri`: RFC 3986 refuses what the server takes and stores (https://bücher.example/café, `|`,
+    `{}`), and `uri` alone admits any scheme ("api:calls") the server refuses."""
 
 
 TENANT_PARAM = OpenApiParameter(
@@ -114,7 +115,7 @@ CLOSED_REQUEST_COMPONENTS = (
     "BackfillInputRequest",
     "RetryPolicyRequest",
     "FlowControlInputRequest",
-    "FlowLimitRequest",
+    "FlowLimitInputRequest",
 )
 
 

@@ -30,11 +30,17 @@ from orchestration.retries import (
 from orchestration.validation import MAX_BODY_DEPTH, MAX_IDEMPOTENCY_KEY, METHODS, past_due_warning
 
 
+@extend_schema_field({"type": "string", "pattern": HEADER_VALUE_PATTERN, "maxLength": MAX_HEADER_VALUE})
+class HeaderValueField(serializers.Field):
+    """A header's value, empty allowed (execution.targets.header_value_error). Not a CharField:
+    drf-spectacular would say an empty one twice, a oneOf that refuses it."""
+
+
 class RequestSpecSerializer(serializers.Serializer):
     method = serializers.ChoiceField(choices=METHODS)
     url = HttpUrlField(max_length=2048, help_text="Absolute http or https URL.")
     headers = serializers.DictField(
-        child=serializers.RegexField(HEADER_VALUE_PATTERN, max_length=MAX_HEADER_VALUE),
+        child=HeaderValueField(),
         required=False,
         help_text="Header name (an RFC 9110 token) to value. In responses, secret values are shown as `***`.",
     )
@@ -270,7 +276,7 @@ class SubmitServiceCallSerializer(serializers.Serializer):
     )
     tags = _tag_list(required=False)
     idempotencyKey = serializers.RegexField(
-        visible_pattern(MAX_IDEMPOTENCY_KEY), required=False, help_text="Or the Idempotency-Key header."
+        visible_pattern(), max_length=MAX_IDEMPOTENCY_KEY, required=False, help_text="Or the Idempotency-Key header."
     )
     retryPolicy = RetryPolicySerializer(required=False, allow_null=True)
 
@@ -366,6 +372,13 @@ def past_due_headers(due_at: datetime | None) -> dict[str, str]:
     warning = past_due_warning(due_at)
     return {"Warning": f'299 - "{warning}"'} if warning else {}
 
+
+IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    {"type": "string", "pattern": visible_pattern(), "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY},
+    OpenApiParameter.HEADER,
+    description="Same as the body's idempotencyKey (both given: equal).",
+)
 
 PAST_DUE_HEADER = OpenApiParameter(
     "Warning",

@@ -135,9 +135,7 @@ class ServiceCallSubmitApi(ServiceCallBaseApi):
         ),
         parameters=[
             TENANT_PARAM,
-            OpenApiParameter(
-                "Idempotency-Key", str, OpenApiParameter.HEADER, description="Same as the body's idempotencyKey."
-            ),
+            s.IDEMPOTENCY_HEADER,
             s.PAST_DUE_HEADER,
         ],
         request=s.SubmitServiceCallSerializer,
