@@ -295,8 +295,6 @@ class Run:
                     self.phase("drain_plain", lambda: self.drain_without_subscribers(workers))
                 if self.postgres is not None:
                     self.phase("drain_two", lambda: self.drain_two_clusters(workers, env))
-            if "capacity" in self.only:
-                self.phase("capacity", self.agent_capacity)
             if "submission" in self.only:
                 with self.profiled("submission", workers):
                     self.phase("submission", self.submission_phase)
@@ -308,6 +306,8 @@ class Run:
                     spread=s["flow_spread"],
                     lead=s["lateness_lead"],
                 )
+            if "capacity" in self.only:  # after the phases whose figures its load would sway
+                self.phase("capacity", self.agent_capacity)
             if "neighbour" in self.only:  # last: its neighbour's slow calls stay out for 20 s
                 self.results["agent"]["neighbour"] = neighbour.noisy_neighbour(
                     children=self.children,
