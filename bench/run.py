@@ -1,6 +1,6 @@
 """Service Agent benchmarks (targets: bench/README.md), beside django-q2 and Celery in the same run.
 
-    python bench/run.py [--quick] [--only lateness,drain,submission,flow,neighbour,list] [--big] [--keep]
+    python bench/run.py [--quick] [--only lateness,drain,capacity,submission,flow,neighbour,list] [--big] [--keep]
                         [--database sqlite|postgres]
 
 Sets itself up in a fresh temporary DATA_DIR (SQLite, or with --database postgres a scratch
