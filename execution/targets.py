@@ -18,12 +18,13 @@ MAX_HOST = 253
 _HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*\.?\Z")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_HEADER_VALUE = 8192
+# RFC 9110 token characters: a header's name.
+_TOKEN_CHARS = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_TOKEN = re.compile(_TOKEN_CHARS + r"\Z")  # \Z, not $: "$" would let a trailing newline through
 # header_name_error's and header_value_error's rules as patterns, for the OpenAPI schema: a token;
 # tab, printable ASCII and Latin-1's printable characters.
-HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
+HEADER_NAME_PATTERN = f"^{_TOKEN_CHARS}$"
 HEADER_VALUE_PATTERN = r"^[\t\u0020-\u007e\u00a0-\u00ff]*$"
-# RFC 9110 token characters (\Z, not $: "$" would let a trailing newline through).
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 
 
 @functools.cache

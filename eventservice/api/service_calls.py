@@ -54,8 +54,6 @@ _problems = problem_responses(
         429: "Past the tenant's submissions ceiling (`Retry-After` says when to try again).",
     }
 )
-# A filter time: a date-time with a zone, a date, or empty (no bound), as forms send it.
-INSTANT, INSTANT_HELP = s.INSTANT, s.INSTANT_HELP
 CALL_PARAM = OpenApiParameter("service_call_id", OpenApiTypes.UUID, OpenApiParameter.PATH)
 
 
@@ -102,10 +100,12 @@ class ServiceCallListApi(ServiceCallBaseApi):
                 {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
                 description="Name contains (case-insensitive).",
             ),
-            OpenApiParameter("submittedFrom", INSTANT, description=INSTANT_HELP),
-            OpenApiParameter("submittedTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
-            OpenApiParameter("dueFrom", INSTANT, description=INSTANT_HELP),
-            OpenApiParameter("dueTo", INSTANT, description=INSTANT_HELP + " Inclusive; a date covers its day."),
+            OpenApiParameter("submittedFrom", s.INSTANT, description=s.INSTANT_HELP),
+            OpenApiParameter(
+                "submittedTo", s.INSTANT, description=s.INSTANT_HELP + " Inclusive; a date covers its day."
+            ),
+            OpenApiParameter("dueFrom", s.INSTANT, description=s.INSTANT_HELP),
+            OpenApiParameter("dueTo", s.INSTANT, description=s.INSTANT_HELP + " Inclusive; a date covers its day."),
             OpenApiParameter("favorite", OpenApiTypes.BOOL, description="true: starred only; false: unstarred."),
             OpenApiParameter("scheduleId", OpenApiTypes.UUID, description="The calls a schedule made."),
             *PAGING_PARAMS,
