@@ -114,13 +114,12 @@ def agent_step(rate: int, *, seconds: float, url: str, delivery: agent.Delivery)
     delivered = delivery.wait_delivered(timeout=60)
     figures = delivery.measure(tenant)
     delivery.finish()
-    rows = ServiceCall.objects.filter(tenant_id=tenant).exclude(started_at=None).values_list("due_at", "started_at")
     return {
         "seconds": seconds,
         "calls": count,
         "terminal": finished,
         "complete": finished == count and published and delivered and figures["missing"] == 0,
-        "lateness_ms": summary_ms([(started - due).total_seconds() for due, started in rows]),
+        "lateness_ms": summary_ms(agent.lateness_seconds(ServiceCall.objects.filter(tenant_id=tenant))),
         "delivery": figures,
     }
 

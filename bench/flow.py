@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
-from bench.agent import _sleep_until, _submit, ensure_tenant, lead_for, submit_ms_per_call
+from bench.agent import _sleep_until, _submit, ensure_tenant, lateness_seconds, lead_for, submit_ms_per_call
 from bench.common import log, summary_ms, wait_until
 
 LIMITED_TENANT = "bench-flow-limited"
@@ -23,8 +23,7 @@ LIMITS_APPLY_SECONDS = 1.2
 def _lateness(prefix: str) -> dict:
     from orchestration.models import ServiceCall
 
-    rows = ServiceCall.objects.filter(tenant_id=OTHER_TENANT, name__startswith=prefix).exclude(started_at=None)
-    return summary_ms([(started - due).total_seconds() for due, started in rows.values_list("due_at", "started_at")])
+    return summary_ms(lateness_seconds(ServiceCall.objects.filter(tenant_id=OTHER_TENANT, name__startswith=prefix)))
 
 
 def _round(url: str, prefix: str, count: int, first_due: float, spread: float) -> dict:

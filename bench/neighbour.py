@@ -16,7 +16,7 @@ import time
 import urllib.request
 from typing import Any
 
-from bench.agent import _sleep_until, _submit, ensure_tenant, lead_for, submit_ms_per_call
+from bench.agent import _sleep_until, _submit, ensure_tenant, lateness_seconds, lead_for, submit_ms_per_call
 from bench.common import PYTHON, ROOT, Children, log, summary_ms, wait_until
 
 QUIET_TENANT = "bench-nn-quiet"
@@ -63,7 +63,7 @@ def _round(url: str, receiver: str, prefix: str, count: int, spread: float, per_
         return all(event_id in received for event_id in events)
 
     wait_until(all_received, timeout=60, interval=0.2)
-    lateness = [(started - due).total_seconds() for due, started in calls.values_list("due_at", "started_at")]
+    lateness = lateness_seconds(calls)
     lag = [received[event_id] - made.timestamp() for event_id, made in events.items() if event_id in received]
     return {
         "lateness_ms": summary_ms(lateness),

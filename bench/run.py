@@ -307,7 +307,8 @@ class Run:
                     lead=s["lateness_lead"],
                 )
             if "capacity" in self.only:  # after the phases whose figures its load would sway
-                self.phase("capacity", self.agent_capacity)
+                with self.profiled("capacity", workers):
+                    self.phase("capacity", self.agent_capacity)
             if "neighbour" in self.only:  # last: its neighbour's slow calls stay out for 20 s
                 self.results["agent"]["neighbour"] = neighbour.noisy_neighbour(
                     children=self.children,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import models
@@ -36,6 +37,9 @@ class Outcome:
     # The tries before this one within the attempt (an OAuth2 target's 401 before the token was
     # fetched again: execution/credentials.py), for the attempt log.
     earlier_tries: tuple[dict[str, Any], ...] = ()
+    # When the attempt's request set out (its thread's clock, after any wait for its start): the
+    # attempt's startedAt once recorded. None for an outcome no request was sent for.
+    started_at: datetime | None = None
 
     @classmethod
     def failure(cls, kind: str, message: str, *, status: int | None = None, latency_ms: int | None = None) -> Outcome:

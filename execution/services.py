@@ -92,25 +92,33 @@ def _logged_headers(request: HttpRequest) -> dict[str, str]:
 
 
 def attempts_finish(*, results: Sequence[tuple[Attempt, Outcome]]) -> None:
-    """Record outcomes; an attempt already marked Interrupted keeps that verdict."""
+    """Record outcomes; an attempt already marked Interrupted keeps that verdict. An outcome
+    that says when its request set out (Outcome.started_at) gives the attempt that start."""
     if not results:
         return
     now = utcnow()
     names = list(_outcome_fields(results[0][1]))
-    rows = [
-        (*_outcome_fields(outcome).values(), HttpExecution.State.FINISHED, now, attempt.execution_id)
-        for attempt, outcome in results
-    ]
     # No savepoint when nested (a failure rolls back the caller's whole transaction, as every
     # caller wants): a SAVEPOINT and its RELEASE are two more statements under the write lock.
     with transaction.atomic(savepoint=False):
-        update_many(
-            HttpExecution,
-            set_fields=[*names, "state", "finished_at"],
-            where_fields=["execution_id"],
-            rows=rows,
-            where_extra={"state": HttpExecution.State.SENDING},
-        )
+        for set_out in (True, False):
+            update_many(
+                HttpExecution,
+                set_fields=[*names, "state", "finished_at", *(["started_at"] if set_out else [])],
+                where_fields=["execution_id"],
+                rows=[
+                    (
+                        *_outcome_fields(outcome).values(),
+                        HttpExecution.State.FINISHED,
+                        now,
+                        *([outcome.started_at] if set_out else []),
+                        attempt.execution_id,
+                    )
+                    for attempt, outcome in results
+                    if (outcome.started_at is not None) is set_out
+                ],
+                where_extra={"state": HttpExecution.State.SENDING},
+            )
 
 
 def _outcome_fields(outcome: Outcome) -> dict[str, Any]:

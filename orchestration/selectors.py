@@ -77,26 +77,30 @@ def startable_due(due_before: datetime) -> QuerySet[ServiceCall]:
     )
 
 
-def service_calls_overdue_exist(
-    *, due_before: datetime, exclude: Collection[uuid.UUID] = (), exclude_tenants: Collection[str] = ()
-) -> bool:
-    """Whether such a call exists (but those in `exclude`, and those of `exclude_tenants`, which
-    have used their share of the worker's threads): the workers' cheap look (a read, an index
-    probe) before they take the write lock to start the due backlog.
+def service_calls_overdue_count(
+    *,
+    due_before: datetime,
+    limit: int,
+    exclude: Collection[uuid.UUID] = (),
+    exclude_tenants: Collection[str] = (),
+) -> int:
+    """How many such calls there are, `limit` at most (but those in `exclude`, and those of
+    `exclude_tenants`, which have used their share of the worker's threads): the workers' cheap
+    look (a read, an index probe) before they take threads of their pool and the write lock to
+    start the due backlog.
 
     What `startable_due(due_before).exclude(pk__in=exclude).exclude(tenant_id__in=
-    exclude_tenants).exists()` runs, but written once per process: every worker process looks
-    every 20 ms, and the ORM's compilation of the query cost more than the index probe."""
+    exclude_tenants)[:limit].count()` runs, but written once per process: every worker process
+    looks every 20 ms, and the ORM's compilation of the query cost more than the index probe."""
     not_excluded = _not_excluded(exclude, exclude_tenants)
-    return bool(
-        sql_query(
-            "SELECT 1 FROM {c} WHERE {c.status} = %s AND {c.due_at} <= %s AND {c.held_since} IS NULL"
-            + not_excluded
-            + " LIMIT 1",
-            [ServiceCall.Status.SCHEDULED.value, due_before, *exclude, *exclude_tenants],
-            c=ServiceCall,
-        )
+    [(count,)] = sql_query(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM {c} WHERE {c.status} = %s AND {c.due_at} <= %s AND {c.held_since} IS NULL"
+        + not_excluded
+        + " LIMIT %s) AS overdue",
+        [ServiceCall.Status.SCHEDULED.value, due_before, *exclude, *exclude_tenants, limit],
+        c=ServiceCall,
     )
+    return count
 
 
 def _not_excluded(exclude: Collection[uuid.UUID], exclude_tenants: Collection[str]) -> str:

@@ -7,7 +7,13 @@ poll. Two feeds keep the heap current:
 - every `full_refresh`, all timers due within the horizon (catches anything the incremental
   feed could miss, e.g. ids committed out of order on PostgreSQL, or a failed fire).
 Firing is at least once: a timer leaves the table's Scheduled state only after `on_due`
-returned, and the receiver of DueTimeReached is idempotent. With `mark_interval`, fired
+returned, and the receiver of DueTimeReached is idempotent.
+
+With a `lead`, timers are fired ahead of their due time, in batches: when the next one is `lead`
+away, every timer due within twice that is fired, and `on_due` starts their calls, whose
+requests wait for their due time in their threads (docs/architecture.md, "Started ahead, sent
+on time"). `on_due` hands back the timers it would not start ahead; they are fired again when
+they are due. With `mark_interval`, fired
 timers are marked Reached in batches (at most that often, at a moment when no timer is about
 to fall due) instead of one transaction per firing: on SQLite each write transaction takes
 the one write lock, which the next due timers' start then waits for. A timer fired but not
@@ -33,7 +39,9 @@ from timer.services import timers_mark_reached
 
 logger = logging.getLogger(__name__)
 
-OnDue = Callable[[list[DueTimer]], None]
+# Given the timers to fire (some perhaps not due yet, with a lead), it returns those of them it
+# did not take because they are not due yet: fired again, each at its due time.
+OnDue = Callable[[list[DueTimer]], "list[DueTimer] | None"]
 
 # Fired timers not yet marked Reached are marked at once past this many, even while more
 # timers are due (memory stays bounded during a long burst).
@@ -59,6 +67,7 @@ class NearTermScheduler:
         full_refresh: float = 1.0,
         batch_size: int = 500,
         mark_interval: float = 0.0,
+        lead: float = 0.0,
         on_run: Callable[..., None] | None = None,
         write_guard: Callable[[], AbstractContextManager] = nullcontext,
     ) -> None:
@@ -69,6 +78,9 @@ class NearTermScheduler:
         self.batch_size = batch_size
         self.on_run = on_run
         self._heap: list[tuple[float, int, DueTimer]] = []
+        # Fired ahead and handed back by on_due: fired again at their due time, not before.
+        self._exact: list[tuple[float, int, DueTimer]] = []
+        self.lead = lead
         self._known: set[int] = set()
         # Timers whose on_due failed go back on the heap at a later time (never a tight loop).
         self._failures: dict[int, int] = {}
@@ -118,7 +130,7 @@ class NearTermScheduler:
         """How long until the next full refresh: `full_refresh` while timers are near or the
         wake-ups are not listening; idle, IDLE_FULL_REFRESH or until the next timer beyond the
         horizon comes into it."""
-        if self._heap or self._fired or not wakeups.listening:
+        if self._heap or self._exact or self._fired or not wakeups.listening:
             return self.full_refresh
         wait = IDLE_FULL_REFRESH
         if next_due is not None:
@@ -126,25 +138,42 @@ class NearTermScheduler:
         return max(self.full_refresh, wait)
 
     # -- firing -------------------------------------------------------------------------------
+    def _next_fire(self) -> float:
+        """When the next timer is to be fired (seconds since the epoch; inf when none is near):
+        `lead` before it is due, or when it is due for one handed back."""
+        ahead = self._heap[0][0] - self.lead if self._heap else math.inf
+        return min(ahead, self._exact[0][0]) if self._exact else ahead
+
     def _pop_due(self, now: float) -> list[DueTimer]:
         due = []
-        while self._heap and self._heap[0][0] <= now and len(due) < self.batch_size:
-            due.append(heapq.heappop(self._heap)[2])
+        while self._exact and self._exact[0][0] <= now and len(due) < self.batch_size:
+            due.append(heapq.heappop(self._exact)[2])
+        if self._heap and self._heap[0][0] - self.lead <= now:
+            # The next timer is `lead` away: every one due within twice that goes with it.
+            until = now + 2 * self.lead
+            while self._heap and self._heap[0][0] <= until and len(due) < self.batch_size:
+                due.append(heapq.heappop(self._heap)[2])
         return due
 
     def fire(self, due: list[DueTimer]) -> None:
         try:
-            self.on_due(due)
+            later = self.on_due(due) or []
             done = due
         except Exception:
             logger.exception("firing a batch of %d timers failed; retrying one by one", len(due))
-            done = []
+            done, later = [], []
             for timer in due:
                 try:
-                    self.on_due([timer])
+                    later += self.on_due([timer]) or []
                     done.append(timer)
                 except Exception:
                     self._set_aside(timer)
+        later = [timer for timer in later if timer.due_at.timestamp() > time.time()]  # never a tight loop
+        if later:
+            handed_back = {timer.id for timer in later}
+            done = [timer for timer in done if timer.id not in handed_back]
+            for timer in later:
+                heapq.heappush(self._exact, (timer.due_at.timestamp(), timer.id, timer))
         if done:
             if not self._fired:
                 self._next_mark = time.monotonic() + self.mark_interval
@@ -210,7 +239,7 @@ class NearTermScheduler:
                 self._report(started, 0, exc)
                 for timer in due:
                     self._known.discard(timer.id)
-        next_due = self._heap[0][0] - time.time() if self._heap else self.poll_interval
+        next_due = self._next_fire() - time.time() if self._heap or self._exact else self.poll_interval
         if self._fired and (
             self.mark_interval <= 0
             or len(self._fired) >= MARK_BACKLOG
@@ -222,7 +251,7 @@ class NearTermScheduler:
                 logger.exception("marking timers reached failed")
                 self._report(time.monotonic(), 0, exc)
             # With no timer near, the feed's own clock (or a commit's wake) ends the sleep.
-        next_due = self._heap[0][0] - time.time() if self._heap else math.inf
+        next_due = self._next_fire() - time.time()
         wake = self._next_poll - time.monotonic()
         if self._feed_watch.waits_for_wake():  # a commit wakes the loop; else the next full refresh
             wake = max(wake, self._next_full - time.monotonic())
@@ -235,9 +264,9 @@ class NearTermScheduler:
     def _clear_to_feed(self, now_mono: float) -> bool:
         """Whether a feed may read the table now: not while a timer falls due within
         CLEARANCE, unless the feed has already waited a poll interval."""
-        if not self._heap or now_mono >= self._next_poll + self.poll_interval:
+        if not (self._heap or self._exact) or now_mono >= self._next_poll + self.poll_interval:
             return True
-        return self._heap[0][0] - time.time() > CLEARANCE
+        return self._next_fire() - time.time() > CLEARANCE
 
     def _report(self, started: float, items: int, error: BaseException | None = None) -> None:
         if self.on_run is not None and (items or error):

@@ -28,6 +28,7 @@ import queue
 import sys
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ from core.db import pool_options
 from core.db.wakeups import Channel, wakeups
 from core.env import SettingsError
 from core.fairness import round_robin
+from core.ids import utcnow
 from delivery.runner import Deliverer
 from execution.outcomes import ErrorKind, Outcome
 from execution.services import Attempt
@@ -103,6 +105,8 @@ class Engine:
         self.pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="attempt")
         self.results: queue.Queue[tuple[Attempt, Outcome]] = queue.Queue()
         self.in_flight = 0
+        # Of those, attempts waiting in their thread for their start (started ahead): not sending.
+        self.waiting = 0
         self._in_flight_lock = threading.Lock()
         # The pool's threads shared among tenants (docs/flow-control.md, "Fair shares").
         self.shares = FairShares(size=self.concurrency, per_tenant=settings.EXECUTION_PER_TENANT)
@@ -239,25 +243,36 @@ class Engine:
             loop.calls_finished(tenant_ids)
 
     # -- the execution pool: timer -> start -> execute ----------------------------------------
-    def on_due(self, timers: list[DueTimer]) -> None:
+    def on_due(self, timers: list[DueTimer]) -> list[DueTimer]:
         """DueTimeReached for a batch: start the calls and hand their attempts to the pool.
 
         In chunks: the first requests go out while later calls are still being started, and
         the recorder and the dispatcher get the write lock between chunks. No more than the
         pool has room for: the rest stays Scheduled and due, and the backlog loops of every
         engine start it as their pools have room.
+
+        The timer fires ahead (`TIMER_LEAD_MS`): the calls not due yet start now, their
+        requests waiting in their threads until they are due (docs/architecture.md, "Started
+        ahead, sent on time"). Returns the timers of calls not due yet that did not start
+        (their rules are decided at their due time, or no thread was free): the timer fires
+        them again when they are due.
         """
+        now = utcnow()
+        ahead_until = max((timer.due_at for timer in timers), default=now)
+        started: set[uuid.UUID] = set()
         pending = round_robin([CallKey(t.tenant_id, t.service_call_id) for t in timers], key=tenant_of)
         while pending:
             with self.reserve(min(START_CHUNK, len(pending))) as room:
                 if not room:
                     self.wake_backlog()  # the backlog loops take over as their pools have room
-                    return
+                    break
                 chunk, pending = self._admitted(pending, room)
                 if chunk:
                     with self.gate.urgent():
-                        attempts = start_and_claim(chunk, worker_id=self.session_id)
+                        attempts = start_and_claim(chunk, worker_id=self.session_id, ahead_until=ahead_until)
+                    started.update(attempt.order.service_call_id for attempt in attempts)
                     self.execute(attempts, room=room)
+        return [timer for timer in timers if timer.due_at > now and timer.service_call_id not in started]
 
     def wake_backlog(self) -> None:
         """Due calls are left for the backlog loops: this process's, and every other process's
@@ -362,6 +377,7 @@ class Engine:
 
     def _perform(self, attempt: Attempt) -> None:
         try:
+            self._wait_for_start(attempt)
             outcome = run_attempt(attempt)
         except Exception as exc:  # perform() never raises; this is a last line
             outcome = Outcome.failure(ErrorKind.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
@@ -390,8 +406,21 @@ class Engine:
             session=self.keeper.surely_alive,
         )
 
+    def _wait_for_start(self, attempt: Attempt) -> None:
+        """An attempt started ahead waits here for its start (counted apart: it sends nothing)."""
+        pause = (attempt.order.not_before or 0) - time.time()
+        if pause > 0:
+            with self._in_flight_lock:
+                self.waiting += 1
+            try:
+                time.sleep(pause)
+            finally:
+                with self._in_flight_lock:
+                    self.waiting -= 1
+
     def _may_deliver(self) -> bool:
         """The events home delivers whenever notifications are due; every other engine only
-        while its pool has no attempt in flight, so that during a burst its core goes to the
-        calls (and the timer home's to the precise starts), and after it to the deliveries."""
-        return self.hosts_events or self.in_flight == 0
+        while its pool has no attempt sending (but those waiting for their start), so that
+        during a burst its core goes to the calls (and the timer home's to the precise starts),
+        and after it to the deliveries."""
+        return self.hosts_events or self.in_flight == self.waiting

@@ -11,6 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from django.db import transaction
@@ -67,15 +68,17 @@ def order_for(call: StartedCall, credential: Credential | None = None) -> Attemp
     )
 
 
-def start_and_claim(keys: Sequence[CallKey], *, worker_id: str) -> list[Attempt]:
-    """Start the due calls among `keys` and claim their attempts, in one transaction.
+def start_and_claim(keys: Sequence[CallKey], *, worker_id: str, ahead_until: datetime | None = None) -> list[Attempt]:
+    """Start the due calls among `keys` (and, with `ahead_until`, those due by then that may start
+    ahead: orchestration.services.service_calls_start) and claim their attempts, in one
+    transaction.
 
     One transaction, not two: on SQLite each takes the single write lock, and the timer loop
     waits for it on the path from due time to startedAt. Either both commit or neither, so
     a call is never left Running without its attempt row by this step.
     """
     with transaction.atomic():
-        started = service_calls_start(keys=keys)
+        started = service_calls_start(keys=keys, ahead_until=ahead_until)
         return claim(started, worker_id=worker_id)
 
 
@@ -109,15 +112,17 @@ def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
 def run_attempt(attempt: Attempt) -> Outcome:
     order = attempt.order
     if order.not_before is not None:
-        # Admitted a moment before its start by flow control's rate: it leaves at its start,
-        # at most orchestration.flow.LOOKAHEAD_SECONDS from now.
+        # Started ahead by the timer, or admitted a moment before its start by flow control's
+        # rate: it leaves at its start, at most 0.1 s from now (docs/architecture.md, "Started
+        # ahead, sent on time").
         pause = order.not_before - time.time()
         if pause > 0:
             time.sleep(pause)
     with log_context(
         tenantId=order.tenant_id, serviceCallId=str(order.service_call_id), correlationId=order.correlation_id
     ):
-        outcome = send(order.request)
+        set_out = utcnow()
+        outcome = replace(send(order.request), started_at=set_out)
         logger.info(
             "attempt finished",
             extra={

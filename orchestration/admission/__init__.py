@@ -19,7 +19,7 @@ admission), `rounds` (the flow loop's reads). Import from `orchestration.admissi
 below are its public ones.
 """
 
-from orchestration.admission.admit import admit, held_since_cleared_on_cancel, release_held, starts_place
+from orchestration.admission.admit import admit, held_since_cleared_on_cancel, release_held
 from orchestration.admission.held import MAX_QUEUES, UNDECIDED_SECONDS, any_held, held_count, held_ms_of
 from orchestration.admission.limits import (
     LIMITED_CACHE_SECONDS,
@@ -47,6 +47,5 @@ __all__ = [
     "held_ms_of",
     "held_since_cleared_on_cancel",
     "release_held",
-    "starts_place",
     "tenant_has_limits",
 ]

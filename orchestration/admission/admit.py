@@ -174,17 +174,6 @@ def _mark_held(held: list[tuple[ServiceCall, str]], *, now: datetime) -> None:
         ServiceCall.objects.filter(pk__in=ids, status=ServiceCall.Status.SCHEDULED).update(held_queue=queue)
 
 
-def starts_place(later: dict[uuid.UUID, datetime]) -> None:
-    """The start time of the calls admitted to start a moment after now (their rate's TAT):
-    their request waits until then. Inside the start, after the rows turned Running."""
-    update_many(
-        ServiceCall,
-        set_fields=["started_at"],
-        where_fields=["service_call_id"],
-        rows=[(start, pk) for pk, start in later.items()],
-    )
-
-
 def release_held(rows: Sequence[ServiceCall], *, now: datetime) -> dict[uuid.UUID, int]:
     """For the rows about to start that were held: end the wait (held_since cleared, its
     length added to held_ms). Returns each one's wait in milliseconds. Inside the start."""

@@ -20,12 +20,12 @@ from core.fairness import round_robin
 from core.ids import iso_ms, utcnow
 from core.secrets import SecretUnavailable, unseal_headers
 from execution.outcomes import ErrorKind, Outcome
-from orchestration.admission import admit, release_held, starts_place
+from orchestration.admission import admit, release_held, tenant_has_limits
 from orchestration.models import ServiceCall
 from orchestration.selectors import service_calls_overdue, startable_due
 from orchestration.services.calls import CallKey, StartedCall, call_event
 from orchestration.services.finish import service_calls_finish
-from orchestration.services.overlap import overlap_decide
+from orchestration.services.overlap import overlap_decide, overlap_decides
 from outbox.models import OutboxEvent
 from outbox.services import outbox_append
 from timer.selectors import calls_with_pending_timer
@@ -39,9 +39,14 @@ logger = logging.getLogger(__name__)
 FAIR_CANDIDATES = 4
 
 
-def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
+def service_calls_start(*, keys: Sequence[CallKey], ahead_until: datetime | None = None) -> list[StartedCall]:
     """Scheduled -> Running for the given calls that are due; others are left alone. A call
-    over its tenant's flow-control limits stays Scheduled, held (docs/flow-control.md)."""
+    over its tenant's flow-control limits stays Scheduled, held (docs/flow-control.md).
+
+    With `ahead_until`, also those due by then that may start ahead: Running now, their
+    `startedAt` and their request's departure at their due time (docs/architecture.md, "Started
+    ahead, sent on time"). Not a call of a tenant with flow-control limits, nor a schedule's
+    call whose overlap policy decides its start: their rules are decided when they are due."""
     if not keys:
         return []
     wanted = {key.service_call_id: key.tenant_id for key in keys}
@@ -53,11 +58,19 @@ def service_calls_start(*, keys: Sequence[CallKey]) -> list[StartedCall]:
             ServiceCall,
             keys=list(wanted),
             fields=_START_FIELDS,
-            where={"status": ServiceCall.Status.SCHEDULED, "due_at__lte": now},
+            where={"status": ServiceCall.Status.SCHEDULED, "due_at__lte": max(now, ahead_until or now)},
             skip_locked=True,
         )
-        rows = [row for row in rows if wanted[row.service_call_id] == row.tenant_id]
+        rows = [
+            row
+            for row in rows
+            if wanted[row.service_call_id] == row.tenant_id and (row.due_at <= now or _starts_ahead(row))
+        ]
         return _start_rows(rows, now=now)
+
+
+def _starts_ahead(row: ServiceCall) -> bool:
+    return not overlap_decides(row) and not tenant_has_limits(row.tenant_id)
 
 
 def service_calls_start_overdue(
@@ -120,24 +133,28 @@ _START_FIELDS = (
 
 def _start_rows(rows: list[ServiceCall], *, now: datetime) -> list[StartedCall]:
     """Scheduled -> Running for these locked rows (inside the caller's transaction): those a
-    schedule's overlap policy lets start, and then flow control."""
+    schedule's overlap policy lets start, and then flow control. A row not due yet (started
+    ahead) or admitted a moment before its rate lets it start has that instant as its start:
+    its `startedAt`, and when its request leaves."""
     rows = overlap_decide(rows, now=now)
     rows, now, later = admit(rows, now=now)
     if not rows:
         return []
+    for row in rows:
+        if row.due_at > later.get(row.pk, now):
+            later[row.pk] = row.due_at
     held_ms = release_held(rows, now=now)
     # The rows are locked (or SQLite's write lock is held): each one's attempt count is current.
     updated = update_many(
         ServiceCall,
-        set_fields=("attempts",),
+        set_fields=("attempts", "started_at"),
         where_fields=("service_call_id",),
-        rows=[(row.attempts + 1, row.pk) for row in rows],
-        set_constants={"status": ServiceCall.Status.RUNNING, "started_at": now},
+        rows=[(row.attempts + 1, later.get(row.pk, now), row.pk) for row in rows],
+        set_constants={"status": ServiceCall.Status.RUNNING},
         where_extra={"status": ServiceCall.Status.SCHEDULED},
     )
     if updated != len(rows):  # cannot happen under the row locks / SQLite write lock
         raise RuntimeError("start raced with another writer")
-    starts_place(later)
     outbox_append(
         events=[
             call_event(

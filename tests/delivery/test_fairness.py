@@ -264,7 +264,7 @@ def test_a_claimed_try_that_could_not_end_within_its_lease_is_not_started(transa
     assert left.state == Notification.State.PENDING and left.locked_until > utcnow()
 
 
-def test_only_the_events_home_delivers_while_its_attempts_are_in_flight(transactional_db):
+def test_only_the_events_home_delivers_while_its_attempts_are_sending(transactional_db):
     from workers.engine import Engine
     from workers.keeper import SessionKeeper
 
@@ -273,6 +273,10 @@ def test_only_the_events_home_delivers_while_its_attempts_are_in_flight(transact
         engine = Engine(keeper, timer=True, events=False)
         assert engine._may_deliver()
         engine.in_flight = 3
+        assert not engine._may_deliver()
+        engine.waiting = 3  # attempts started ahead, waiting for their due time, send nothing
+        assert engine._may_deliver()
+        engine.waiting = 2
         assert not engine._may_deliver()
         engine.hosts_events = True  # e.g. it took the vacant events role
         assert engine._may_deliver()

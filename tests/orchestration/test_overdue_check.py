@@ -1,4 +1,4 @@
-"""The workers' look for due calls nobody started (service_calls_overdue_exist) runs a statement
+"""The workers' look for due calls nobody started (service_calls_overdue_count) runs a statement
 written once per process. It must answer as the ORM query it replaces does, over every case
 that query tells apart, and probe the partial index service_calls_startable_due (SQLite's plan):
 every worker process asks every 20 ms."""
@@ -12,13 +12,13 @@ from django.db import connection
 
 from core.ids import utcnow
 from orchestration.models import ServiceCall
-from orchestration.selectors import service_calls_overdue_exist, startable_due
+from orchestration.selectors import service_calls_overdue_count, startable_due
 from tests.support.factories import make_call
 from tests.support.plans import query_plan, recorded_queries, selects_from
 
 
-def orm_answer(due_before, exclude) -> bool:
-    return startable_due(due_before).exclude(pk__in=list(exclude)).exists()
+def orm_answer(due_before, exclude, limit) -> int:
+    return startable_due(due_before).exclude(pk__in=list(exclude))[:limit].count()
 
 
 def test_it_answers_as_the_orm_query_does(db, world):
@@ -38,9 +38,12 @@ def test_it_answers_as_the_orm_query_does(db, world):
         (now + timedelta(seconds=120), [due.pk]),  # the later one, by then
         (now + timedelta(seconds=120), [due.pk, ServiceCall.objects.get(name="later").pk]),
     ]
-    answers = [service_calls_overdue_exist(due_before=when, exclude=exclude) for when, exclude in cases]
-    assert answers == [orm_answer(when, exclude) for when, exclude in cases]
-    assert answers == [True, False, False, True, False]
+    for limit in (1, 2, 100):
+        answers = [
+            service_calls_overdue_count(due_before=when, exclude=exclude, limit=limit) for when, exclude in cases
+        ]
+        assert answers == [orm_answer(when, exclude, limit) for when, exclude in cases]
+        assert answers == [1, 0, 0, 1, 0] if limit == 1 else [1, 0, 0, 2, 0]
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's EXPLAIN QUERY PLAN")
@@ -48,7 +51,7 @@ def test_it_answers_as_the_orm_query_does(db, world):
 def test_it_probes_the_startable_due_index(db, world, exclude):
     calls = [make_call(name=f"c{n}", due_in=60).pk for n in range(exclude)]
     with recorded_queries() as queries:
-        service_calls_overdue_exist(due_before=utcnow(), exclude=calls)
+        service_calls_overdue_count(due_before=utcnow(), exclude=calls, limit=100)
     [(sql, params)] = selects_from(queries, "service_calls")
     plan = " | ".join(query_plan(sql, params))
     assert "service_calls_startable_due" in plan, plan

@@ -6,6 +6,7 @@ from datetime import timedelta
 import pytest
 from django.test import override_settings
 
+from core.db import ChangeWatch
 from core.ids import utcnow
 from execution.models import HttpExecution
 from orchestration.models import ServiceCall
@@ -122,6 +123,31 @@ def test_a_nearly_full_pool_still_starts_the_backlog_soon(transactional_db, worl
         done = wait_for(lambda: (c := ServiceCall.objects.get(pk=waiting.pk)).is_terminal and c, timeout=2)
         assert done.status == "Succeeded"
         assert ServiceCall.objects.get(pk=slow.pk).status == "Running"  # it never waited for the slow one
+    finally:
+        engine.stop(drain_seconds=5)
+        keeper.close()
+
+
+def test_the_backlog_takes_only_as_many_threads_as_calls_wait(transactional_db, world, http_target, monkeypatch):
+    """Its threads are reserved before it waits for the write lock, and meanwhile they are none of
+    the timer's: with two calls overdue it takes two of eight, so the timer still has room."""
+    from workers.loops.backlog import BacklogLoop
+
+    keeper, engine = _engine(8)
+    for n in range(2):
+        _handed_over(make_call(name=f"overdue {n}", url=http_target.url("/ok")))
+    ServiceCall.objects.update(due_at=utcnow() - timedelta(seconds=1))
+    wanted = []
+    reserve = engine.reserve
+    monkeypatch.setattr(engine, "reserve", lambda size, **kw: wanted.append((size, kw)) or reserve(size, **kw))
+    loop = engine.loops["backlog"]
+    monkeypatch.setattr(BacklogLoop, "run", lambda self: None)  # stepped here, not in a thread
+    try:
+        loop.last_claim = 0.0  # waited long enough: a chunk of any size
+        loop.watch = ChangeWatch(recheck=0.1)
+        assert loop.step()
+        assert wanted == [(2, {"at_least": 1})]
+        assert ServiceCall.objects.filter(status__in=["Running", "Succeeded"]).count() == 2
     finally:
         engine.stop(drain_seconds=5)
         keeper.close()

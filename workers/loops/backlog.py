@@ -19,7 +19,7 @@ from django.db import close_old_connections
 from core.db import ChangeWatch
 from core.db.wakeups import Channel
 from core.ids import utcnow
-from orchestration.selectors import service_calls_overdue, service_calls_overdue_exist
+from orchestration.selectors import service_calls_overdue, service_calls_overdue_count
 from orchestration.services import CallKey
 from workers.loops.base import Loop, Where
 from workers.pipeline import START_CHUNK, start_and_claim, start_and_claim_overdue
@@ -83,17 +83,21 @@ class BacklogLoop(Loop):
         due_before = utcnow() - timedelta(seconds=BACKLOG_GRACE_SECONDS)
         free = engine.room()
         full = engine.full_tenants() if free else []
-        if free and self.watch.read(
+        # Only as many threads as calls wait: a reservation waits for the write lock, and the
+        # threads it holds meanwhile are none of the timer's.
+        overdue = free and self.watch.read(
             partial(
-                service_calls_overdue_exist,
+                service_calls_overdue_count,
                 due_before=due_before,
+                limit=START_CHUNK,
                 exclude=list(self.set_aside),
                 exclude_tenants=full,
             ),
-            empty=False,
-        ):
+            empty=0,
+        )
+        if overdue:
             at_least = engine.min_claim if now - self.last_claim < BACKLOG_MAX_WAIT_SECONDS else 1
-            with engine.reserve(START_CHUNK, at_least=at_least) as room:
+            with engine.reserve(overdue, at_least=min(at_least, overdue)) as room:
                 if room:
                     self.last_claim = now
                     started = self.start_overdue(due_before, room, full)

@@ -1,6 +1,6 @@
-"""The timer loop: starts due calls the moment they are due (timer/scheduler.py,
-NearTermScheduler), through Engine.on_due, never more than the pool has free threads for
-(docs/architecture.md, "Timer precision with a durable table").
+"""The timer loop: starts due calls a moment before they are due, their requests leaving when
+they are due (timer/scheduler.py, NearTermScheduler), through Engine.on_due, never more than the
+pool has free threads for (docs/architecture.md, "Timer precision with a durable table").
 
 The timer home runs it (one per cluster).
 """
@@ -34,6 +34,7 @@ class TimerLoop(Loop):
             horizon=settings.TIMER_HORIZON_MS / 1000,
             batch_size=settings.TIMER_BATCH_SIZE,
             mark_interval=MARK_INTERVAL_SECONDS,
+            lead=settings.TIMER_LEAD_MS / 1000,
             on_run=engine.record_run,
             write_guard=engine.gate.urgent,
         )
