@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import models
 from django.db.models import Q
 
@@ -64,6 +66,12 @@ class Subscription(models.Model):
 # `next_attempt_at <= ?` (a state IN list bound as parameters would not let it use them).
 _OPEN = Q(next_attempt_at__isnull=False)
 
+# The next try of an open notification that waits for its subscription to be enabled: beyond
+# every due time, so the claims' walk of the due index never passes over it (a subscription left
+# disabled collects one for each event it matches, and every claim walked them all). Enabling
+# the subscription makes them due at once, in their order (delivery/services/subscriptions.py).
+PARKED = datetime(9999, 12, 31, tzinfo=UTC)
+
 
 class Notification(models.Model):
     """One event for one subscription: the seed's event_notifications row."""
@@ -106,6 +114,12 @@ class Notification(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
+
+    @property
+    def next_try_at(self) -> datetime | None:
+        """When it is tried next: None for a final one, and for one that waits for its
+        subscription to be enabled (PARKED)."""
+        return None if self.next_attempt_at == PARKED else self.next_attempt_at
 
     class Meta:
         db_table = "event_notifications"

@@ -17,7 +17,7 @@ from core.db.wakeups import Channel, notify
 from core.ids import new_id_dated_as, utcnow
 from core.partition_queries import made_since, within
 from delivery.envelopes import event_body
-from delivery.models import Notification, Subscription
+from delivery.models import PARKED, Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN
 from delivery.services.claims import lease_length
 from delivery.tries import ClaimedNotification
@@ -59,7 +59,8 @@ class ClaimOffer(Protocol):
 def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | None = None) -> int:
     """One notification per (event × matching subscription): the event's tenant's and the
     operator-wide ones, of a matching type, created at or before the event. Disabled ones too:
-    the claim skips them, so their notifications wait until they are enabled again (or recovered).
+    their notifications are made PARKED, out of the claims' way, and wait until the subscription
+    is enabled again.
     Idempotent (the pair is unique), so a redelivered event makes nothing twice. Returns how
     many were made.
 
@@ -89,7 +90,7 @@ def notifications_fan_out(*, events: Sequence[FanoutEvent], offer: ClaimOffer | 
             "event_type": event.envelope["type"],
             "envelope": event.envelope,  # the same object for each subscription: dumped once
             "event_created_at": event.created_at,
-            "next_attempt_at": now,
+            "next_attempt_at": now if subscription.enabled else PARKED,
             "created_at": now,
             "updated_at": now,
         }
@@ -208,6 +209,7 @@ class _Target:
     event_types: list[str]
     created_at: datetime
     tags: frozenset[str]
+    enabled: bool
 
 
 def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
@@ -223,9 +225,10 @@ def _fan_out_subscriptions(tenant_ids: list[str]) -> list[_Target]:
             event_types.from_db_value(types, None, connection),
             db_datetime(created_at),
             frozenset(event_types.from_db_value(tags, None, connection) or ()),
+            bool(enabled),
         )
-        for pk, tenant_id, types, created_at, tags in sql_query(
-            "SELECT {s.subscription_id}, {s.tenant}, {s.event_types}, {s.created_at}, {s.tags} FROM {s} "
+        for pk, tenant_id, types, created_at, tags, enabled in sql_query(
+            "SELECT {s.subscription_id}, {s.tenant}, {s.event_types}, {s.created_at}, {s.tags}, {s.enabled} FROM {s} "
             f"WHERE {{s.tenant}} IN ({keys}) OR {{s.tenant}} IS NULL ORDER BY {{s.created_at}}, {{s.subscription_id}}",
             tenant_ids,
             s=Subscription,

@@ -13,7 +13,7 @@ from core.errors import NotFound
 from core.ids import new_id, utcnow
 from core.partition_queries import CLOCK_MARGIN
 from core.partitions import is_partitioned
-from delivery.models import Notification
+from delivery.models import PARKED, Notification
 from delivery.partitions import NOTIFICATION_DAYS
 from delivery.services.subscriptions import locked_subscription
 
@@ -71,7 +71,7 @@ def subscription_recover(*, tenant_id: str | None, subscription_id: uuid.UUID | 
         return rows.update(
             state=Notification.State.PENDING,
             step=0,
-            next_attempt_at=now,
+            next_attempt_at=now if subscription.enabled else PARKED,  # due once it is enabled
             manual=True,
             locked_until=None,
             claimed_by=None,

@@ -18,6 +18,7 @@ from core.db import db_uuid, sql_execute_many, sql_query
 from core.db.wakeups import Channel, notify
 from core.ids import utcnow
 from delivery.models import DeliveryAttempt, Notification, Subscription
+from delivery.services.subscriptions import notifications_park
 from delivery.tries import ClaimedNotification, SendResult
 
 logger = logging.getLogger("serviceagent.delivery")
@@ -149,14 +150,16 @@ def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], n
         return
     rows = Subscription.objects.filter(pk=subscription_id)
     if any(result.gone for result in outcomes):
-        rows.filter(enabled=True).update(enabled=False, disabled_reason=GONE_REASON, updated_at=now)
+        if rows.filter(enabled=True).update(enabled=False, disabled_reason=GONE_REASON, updated_at=now):
+            notifications_park(subscription_id)
         _log_disabled(subscription_id, GONE_REASON)
         return
     refused = next((result for result in outcomes if result.refused), None)
     if refused is not None:
         reason = f"{REFUSED_REASON}: {refused.error}"[:300]
         rows.filter(failing_since__isnull=True).update(failing_since=now)
-        rows.filter(enabled=True).update(enabled=False, disabled_reason=reason, updated_at=now)
+        if rows.filter(enabled=True).update(enabled=False, disabled_reason=reason, updated_at=now):
+            notifications_park(subscription_id)
         _log_disabled(subscription_id, reason)
         return
     rows.filter(failing_since__isnull=True).update(failing_since=now)
@@ -165,6 +168,7 @@ def _subscription_note(subscription_id: uuid.UUID, outcomes: list[SendResult], n
     if rows.filter(enabled=True, failing_since__lte=limit).update(
         enabled=False, disabled_reason=reason, updated_at=now
     ):
+        notifications_park(subscription_id)
         _log_disabled(subscription_id, reason)
 
 

@@ -15,7 +15,7 @@ from core.ids import new_id, utcnow
 from core.secrets import RotationResult, rotate_sealed_columns, seal_value
 from delivery.channels import channel_for, channels
 from delivery.channels.nats import NATS
-from delivery.models import Notification, Subscription
+from delivery.models import PARKED, Notification, Subscription
 from delivery.validation import SubscriptionInput
 from tenants.models import Tenant
 from tenants.selectors import tenant_ceilings_get
@@ -96,12 +96,34 @@ def subscription_update(
                 subscription.disabled_reason = ""
                 subscription.failing_since = None
                 _expire_waiting(subscription)
+                notifications_unpark(subscription.subscription_id)
                 notify(Channel.DELIVERY)  # what waited while it was disabled
             else:
                 subscription.disabled_reason = "disabled by a user"
+                notifications_park(subscription.subscription_id)
         subscription.updated_at = utcnow()
         subscription.save()
     return subscription
+
+
+def notifications_park(subscription_id: uuid.UUID) -> int:
+    """The open notifications of a subscription just disabled, but those out on a try, PARKED:
+    they wait out of the claims' way (delivery.models.PARKED). Returns how many."""
+    now = utcnow()
+    return (
+        Notification.objects.filter(subscription_id=subscription_id, next_attempt_at__isnull=False)
+        .filter(Q(locked_until__isnull=True) | Q(locked_until__lte=now))
+        .update(next_attempt_at=PARKED, locked_until=None, claimed_by=None, updated_at=now)
+    )
+
+
+def notifications_unpark(subscription_id: uuid.UUID) -> int:
+    """The PARKED notifications of a subscription just enabled, due now (in their order, by
+    event): returns how many."""
+    now = utcnow()
+    return Notification.objects.filter(subscription_id=subscription_id, next_attempt_at=PARKED).update(
+        next_attempt_at=now, updated_at=now
+    )
 
 
 # The last error of a notification that waited too long for its subscription to be enabled.
