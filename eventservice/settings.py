@@ -360,8 +360,7 @@ TIMER_POLL_INTERVAL_MS = env_int("TIMER_POLL_INTERVAL_MS", 20, minimum=1, maximu
 # Timers due within this horizon are held in the worker's in-memory heap.
 TIMER_HORIZON_MS = env_int("TIMER_HORIZON_MS", 5_000, minimum=100)
 TIMER_BATCH_SIZE = env_int("TIMER_BATCH_SIZE", 500, minimum=1)
-# The timer starts a call between this and twice this before it is due; its request waits for
-# its due time (docs/architecture.md, "Started ahead, sent on time"). 0: each at its due time.
+# A call starts this (to twice this) before it is due, sent when due (docs/architecture.md).
 TIMER_LEAD_MS = env_int("TIMER_LEAD_MS", 50, minimum=0, maximum=1000)
 EXECUTION_CONCURRENCY = env_int("EXECUTION_CONCURRENCY", 48, minimum=1, maximum=1024)
 # Threads of one worker process's pool that one tenant may hold (docs/flow-control.md, "Fair

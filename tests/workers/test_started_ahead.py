@@ -109,11 +109,11 @@ def test_without_a_thread_free_a_call_not_due_yet_is_handed_back_and_a_due_one_l
 
 def test_the_start_takes_only_calls_due_by_then(db, world):
     now = utcnow()
-    soon = make_call(name="soon", due_at=now + timedelta(milliseconds=200))
-    beyond = make_call(name="beyond", due_at=now + timedelta(seconds=5))
+    soon = make_call(name="soon", due_at=now + timedelta(seconds=30))
+    beyond = make_call(name="beyond", due_at=now + timedelta(seconds=90))
     keys = [CallKey(c.tenant_id, c.pk) for c in (soon, beyond)]
     assert service_calls_start(keys=keys) == []  # neither is due
-    [started] = service_calls_start(keys=keys, ahead_until=now + timedelta(seconds=1))
+    [started] = service_calls_start(keys=keys, ahead_until=now + timedelta(seconds=60))
     assert started.service_call_id == soon.pk
     assert started.not_before == soon.due_at  # its request waits for its due time
     assert ServiceCall.objects.get(pk=soon.pk).started_at == soon.due_at
