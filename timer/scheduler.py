@@ -168,7 +168,8 @@ class NearTermScheduler:
                     done.append(timer)
                 except Exception:
                     self._set_aside(timer)
-        later = [timer for timer in later if timer.due_at.timestamp() > time.time()]  # never a tight loop
+        # Handed back (never one due when on_due looked): fired at its due time, or at once if
+        # that came while on_due ran.
         if later:
             handed_back = {timer.id for timer in later}
             done = [timer for timer in done if timer.id not in handed_back]

@@ -258,6 +258,7 @@ class Engine:
         them again when they are due.
         """
         now = utcnow()
+        ahead = {timer.service_call_id for timer in timers if timer.due_at > now}
         ahead_until = max((timer.due_at for timer in timers), default=now)
         started: set[uuid.UUID] = set()
         pending = round_robin([CallKey(t.tenant_id, t.service_call_id) for t in timers], key=tenant_of)
@@ -269,10 +270,12 @@ class Engine:
                 chunk, pending = self._admitted(pending, room)
                 if chunk:
                     with self.gate.urgent():
-                        attempts = start_and_claim(chunk, worker_id=self.session_id, ahead_until=ahead_until)
+                        attempts = start_and_claim(
+                            chunk, worker_id=self.session_id, ahead=ahead, ahead_until=ahead_until
+                        )
                     started.update(attempt.order.service_call_id for attempt in attempts)
                     self.execute(attempts, room=room)
-        return [timer for timer in timers if timer.due_at > now and timer.service_call_id not in started]
+        return [timer for timer in timers if timer.service_call_id in ahead and timer.service_call_id not in started]
 
     def wake_backlog(self) -> None:
         """Due calls are left for the backlog loops: this process's, and every other process's

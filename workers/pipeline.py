@@ -68,8 +68,14 @@ def order_for(call: StartedCall, credential: Credential | None = None) -> Attemp
     )
 
 
-def start_and_claim(keys: Sequence[CallKey], *, worker_id: str, ahead_until: datetime | None = None) -> list[Attempt]:
-    """Start the due calls among `keys` (and, with `ahead_until`, those due by then that may start
+def start_and_claim(
+    keys: Sequence[CallKey],
+    *,
+    worker_id: str,
+    ahead: Collection[uuid.UUID] = (),
+    ahead_until: datetime | None = None,
+) -> list[Attempt]:
+    """Start the due calls among `keys` (and those of `ahead` due by `ahead_until` that may start
     ahead: orchestration.services.service_calls_start) and claim their attempts, in one
     transaction.
 
@@ -78,7 +84,7 @@ def start_and_claim(keys: Sequence[CallKey], *, worker_id: str, ahead_until: dat
     a call is never left Running without its attempt row by this step.
     """
     with transaction.atomic():
-        started = service_calls_start(keys=keys, ahead_until=ahead_until)
+        started = service_calls_start(keys=keys, ahead=ahead, ahead_until=ahead_until)
         return claim(started, worker_id=worker_id)
 
 
@@ -112,9 +118,9 @@ def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
 def run_attempt(attempt: Attempt) -> Outcome:
     order = attempt.order
     if order.not_before is not None:
-        # Started ahead by the timer, or admitted a moment before its start by flow control's
-        # rate: it leaves at its start, at most 0.1 s from now (docs/architecture.md, "Started
-        # ahead, sent on time").
+        # Started ahead by the timer (twice TIMER_LEAD_MS at most), or admitted a moment before
+        # its start by flow control's rate: it leaves at its start (docs/architecture.md,
+        # "Started ahead, sent on time").
         pause = order.not_before - time.time()
         if pause > 0:
             time.sleep(pause)

@@ -25,7 +25,7 @@ from orchestration.models import ServiceCall
 from orchestration.selectors import service_calls_overdue, startable_due
 from orchestration.services.calls import CallKey, StartedCall, call_event
 from orchestration.services.finish import service_calls_finish
-from orchestration.services.overlap import overlap_decide, overlap_decides
+from orchestration.services.overlap import overlap_decide
 from outbox.models import OutboxEvent
 from outbox.services import outbox_append
 from timer.selectors import calls_with_pending_timer
@@ -39,14 +39,17 @@ logger = logging.getLogger(__name__)
 FAIR_CANDIDATES = 4
 
 
-def service_calls_start(*, keys: Sequence[CallKey], ahead_until: datetime | None = None) -> list[StartedCall]:
+def service_calls_start(
+    *, keys: Sequence[CallKey], ahead: Collection[uuid.UUID] = (), ahead_until: datetime | None = None
+) -> list[StartedCall]:
     """Scheduled -> Running for the given calls that are due; others are left alone. A call
     over its tenant's flow-control limits stays Scheduled, held (docs/flow-control.md).
 
-    With `ahead_until`, also those due by then that may start ahead: Running now, their
-    `startedAt` and their request's departure at their due time (docs/architecture.md, "Started
-    ahead, sent on time"). Not a call of a tenant with flow-control limits, nor a schedule's
-    call whose overlap policy decides its start: their rules are decided when they are due."""
+    Those in `ahead` (their timers fired ahead) start only if due by `ahead_until` and they may
+    start ahead: Running now, their `startedAt` and their request's departure at their due time
+    (docs/architecture.md, "Started ahead, sent on time"). Not a call of a tenant with
+    flow-control limits, nor a schedule's call: their rules (flow control's, the overlap
+    policy's, a pause's) are decided when they are due."""
     if not keys:
         return []
     wanted = {key.service_call_id: key.tenant_id for key in keys}
@@ -58,19 +61,23 @@ def service_calls_start(*, keys: Sequence[CallKey], ahead_until: datetime | None
             ServiceCall,
             keys=list(wanted),
             fields=_START_FIELDS,
-            where={"status": ServiceCall.Status.SCHEDULED, "due_at__lte": max(now, ahead_until or now)},
+            where={
+                "status": ServiceCall.Status.SCHEDULED,
+                "due_at__lte": max(now, ahead_until or now) if ahead else now,
+            },
             skip_locked=True,
         )
         rows = [
             row
             for row in rows
-            if wanted[row.service_call_id] == row.tenant_id and (row.due_at <= now or _starts_ahead(row))
+            if wanted[row.service_call_id] == row.tenant_id
+            and (_starts_ahead(row) if row.service_call_id in ahead else row.due_at <= now)
         ]
         return _start_rows(rows, now=now)
 
 
 def _starts_ahead(row: ServiceCall) -> bool:
-    return not overlap_decides(row) and not tenant_has_limits(row.tenant_id)
+    return row.schedule_id is None and not tenant_has_limits(row.tenant_id)
 
 
 def service_calls_start_overdue(

@@ -17,6 +17,7 @@ from orchestration.models import ServiceCall
 from orchestration.services import CallKey, service_calls_start
 from outbox.models import OutboxEvent
 from tests.support.factories import make_call, make_flow_control
+from tests.support.schedules import calls_of, make_schedule
 from tests.support.waiting import wait_for
 from timer.scheduler import NearTermScheduler
 from timer.selectors import DueTimer
@@ -69,12 +70,14 @@ def test_a_call_started_ahead_leaves_at_its_due_time_never_before(transactional_
 
 
 def test_calls_whose_rules_are_decided_at_their_due_time_are_handed_back(transactional_db, world, http_target):
-    due = utcnow() + timedelta(seconds=30)
-    plain = make_call("acme", name="plain", url=http_target.url("/delay/2000"), due_at=due)
+    due = utcnow() + timedelta(seconds=1)
+    plain = make_call("acme", name="plain", url=http_target.url("/ok"), due_at=due)
     limited = make_call("globex", name="limited", url=http_target.url("/ok"), due_at=due)
     make_flow_control("globex", parallelism=5)
-    overlapping = make_call("acme", name="schedule's", url=http_target.url("/ok"), due_at=due)
-    ServiceCall.objects.filter(pk=overlapping.pk).update(overlap="skip")  # its policy decides at its due time
+    # A schedule's call: its overlap policy, a pause, a cancelOther decide at its due time.
+    [overlapping] = calls_of(make_schedule(url=http_target.url("/ok"), overlap="allowAll"))
+    ServiceCall.objects.filter(pk=overlapping.pk).update(due_at=due, name="schedule's")
+    overlapping.due_at = due
     keeper, engine = _engine()
     try:
         from orchestration.admission import forget_limited_tenants
@@ -85,7 +88,7 @@ def test_calls_whose_rules_are_decided_at_their_due_time_are_handed_back(transac
         statuses = dict(ServiceCall.objects.values_list("name", "status"))
         assert statuses == {"plain": "Running", "limited": "Scheduled", "schedule's": "Scheduled"}
     finally:
-        engine.stop(drain_seconds=0.5)
+        engine.stop(drain_seconds=3)
         keeper.close()
 
 
@@ -113,7 +116,7 @@ def test_the_start_takes_only_calls_due_by_then(db, world):
     beyond = make_call(name="beyond", due_at=now + timedelta(seconds=90))
     keys = [CallKey(c.tenant_id, c.pk) for c in (soon, beyond)]
     assert service_calls_start(keys=keys) == []  # neither is due
-    [started] = service_calls_start(keys=keys, ahead_until=now + timedelta(seconds=60))
+    [started] = service_calls_start(keys=keys, ahead={soon.pk, beyond.pk}, ahead_until=now + timedelta(seconds=60))
     assert started.service_call_id == soon.pk
     assert started.not_before == soon.due_at  # its request waits for its due time
     assert ServiceCall.objects.get(pk=soon.pk).started_at == soon.due_at
@@ -162,3 +165,22 @@ def test_the_scheduler_fires_a_batch_ahead_and_a_handed_back_timer_again_when_du
         assert again == [second.pk] and again_at >= second.due_at.timestamp()
     [(beyond_at, _)] = [(at, ids) for at, ids in rest if beyond.pk in ids]
     assert beyond.due_at.timestamp() - 0.2 <= beyond_at < beyond.due_at.timestamp()
+
+
+def test_a_timer_handed_back_by_a_slow_start_past_its_due_time_is_fired_again_at_once(world):
+    """The start that handed it back ran past its due time: fired again at once, never marked
+    Reached unstarted (which would leave the call to the backlog's next look)."""
+    call = make_call(name="slow start", due_at=utcnow() + timedelta(milliseconds=400))
+    fired: list[float] = []
+
+    def slow(batch: list[DueTimer]) -> list[DueTimer]:
+        fired.append(time.time())
+        if len(fired) == 1:
+            time.sleep(max(0.0, call.due_at.timestamp() - time.time()) + 0.05)
+            return batch
+        return []
+
+    scheduler = NearTermScheduler(slow, poll_interval=0.01, horizon=5, lead=0.1)
+    _run(scheduler, lambda: len(fired) >= 2)
+    assert len(fired) == 2 and fired[1] - fired[0] < 1.0
+    assert fired[1] >= call.due_at.timestamp()
