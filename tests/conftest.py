@@ -89,11 +89,14 @@ def django_db_setup(django_db_setup, django_db_blocker):
 def _ceilings_read_afresh():
     """Each test reads the operator's ceilings as its own database holds them, not as the
     process's one-second copy left by the test before (tenants.selectors)."""
+    from orchestration.admission import forget_limited_tenants
     from tenants.selectors import ceilings_forget
 
     ceilings_forget()
+    forget_limited_tenants()  # which tenants have limits: the same one-second copy
     yield
     ceilings_forget()
+    forget_limited_tenants()
 
 
 @pytest.fixture(autouse=True)

@@ -52,7 +52,7 @@ from workers.gate import WriteGate
 from workers.keeper import SessionKeeper
 from workers.loops import Loop, Where, registered
 from workers.loops.backlog import BACKLOG_MIN_CLAIM
-from workers.pipeline import START_CHUNK, run_attempt, start_and_claim
+from workers.pipeline import START_CHUNK, run_attempt, start_and_claim, until_start
 from workers.services import RunRecorder
 from workers.shares import FairShares
 
@@ -411,8 +411,8 @@ class Engine:
 
     def _wait_for_start(self, attempt: Attempt) -> None:
         """An attempt started ahead waits here for its start (counted apart: it sends nothing)."""
-        pause = (attempt.order.not_before or 0) - time.time()
-        if pause > 0:
+        pause = until_start(attempt.order)
+        if pause:
             with self._in_flight_lock:
                 self.waiting += 1
             try:

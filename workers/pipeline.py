@@ -115,15 +115,18 @@ def claim(started: Iterable[StartedCall], *, worker_id: str) -> list[Attempt]:
     return attempts_begin(orders=orders, worker_id=worker_id)
 
 
+def until_start(order: AttemptOrder) -> float:
+    """How long the attempt waits for its start (seconds, 0 if none): started ahead by the timer
+    (twice TIMER_LEAD_MS at most), or admitted a moment before its start by flow control's rate,
+    it leaves at its start (docs/architecture.md, "Started ahead, sent on time")."""
+    return max(0.0, order.not_before - time.time()) if order.not_before is not None else 0.0
+
+
 def run_attempt(attempt: Attempt) -> Outcome:
     order = attempt.order
-    if order.not_before is not None:
-        # Started ahead by the timer (twice TIMER_LEAD_MS at most), or admitted a moment before
-        # its start by flow control's rate: it leaves at its start (docs/architecture.md,
-        # "Started ahead, sent on time").
-        pause = order.not_before - time.time()
-        if pause > 0:
-            time.sleep(pause)
+    pause = until_start(order)
+    if pause:
+        time.sleep(pause)
     with log_context(
         tenantId=order.tenant_id, serviceCallId=str(order.service_call_id), correlationId=order.correlation_id
     ):

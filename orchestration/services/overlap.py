@@ -68,19 +68,13 @@ _SIBLING_FIELDS = (
 )
 
 
-def overlap_decides(row: ServiceCall) -> bool:
-    """Whether the start of this row is the overlap policy's to decide (its schedule's call's
-    first start, under a policy other than allowAll)."""
-    return row.overlap not in ("", ALLOW_ALL) and row.attempts == 0
-
-
 def overlap_decide(rows: list[ServiceCall], *, now: datetime) -> list[ServiceCall]:
     """Of these due rows, locked for their start, those that may start now (in their order).
     The others are skipped, buffered or left for a moment, and earlier calls that `cancelOther`
     replaces are cancelled, all in the caller's transaction."""
     groups: dict[tuple[str, uuid.UUID], list[ServiceCall]] = defaultdict(list)
     for row in rows:
-        if overlap_decides(row):
+        if row.overlap not in ("", ALLOW_ALL) and row.attempts == 0:
             groups[(row.tenant_id, row.schedule_id)].append(row)
     if not groups:
         return rows

@@ -131,8 +131,6 @@ def test_a_nearly_full_pool_still_starts_the_backlog_soon(transactional_db, worl
 def test_the_backlog_takes_only_as_many_threads_as_calls_wait(transactional_db, world, http_target, monkeypatch):
     """Its threads are reserved before it waits for the write lock, and meanwhile they are none of
     the timer's: with two calls overdue it takes two of eight, so the timer still has room."""
-    from workers.loops.backlog import BacklogLoop
-
     keeper, engine = _engine(8)
     for n in range(2):
         _handed_over(make_call(name=f"overdue {n}", url=http_target.url("/ok")))
@@ -141,7 +139,6 @@ def test_the_backlog_takes_only_as_many_threads_as_calls_wait(transactional_db, 
     reserve = engine.reserve
     monkeypatch.setattr(engine, "reserve", lambda size, **kw: wanted.append((size, kw)) or reserve(size, **kw))
     loop = engine.loops["backlog"]
-    monkeypatch.setattr(BacklogLoop, "run", lambda self: None)  # stepped here, not in a thread
     try:
         loop.last_claim = 0.0  # waited long enough: a chunk of any size
         loop.watch = ChangeWatch(recheck=0.1)
