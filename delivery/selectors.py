@@ -14,7 +14,7 @@ from core.errors import NotFound
 from core.ids import utcnow
 from core.partition_queries import CLOCK_MARGIN, made_since, within
 from core.partitions import is_partitioned
-from delivery.models import DeliveryAttempt, Notification, Subscription
+from delivery.models import PARKED, DeliveryAttempt, Notification, Subscription
 from delivery.partitions import NOTIFICATION_DAYS, OPEN
 
 OPEN_STATES = (Notification.State.PENDING, Notification.State.FAILED)
@@ -47,15 +47,18 @@ def notifications_next_due(*, now: datetime | None = None) -> datetime | None:
     the wake-ups listen: it finds what is due now, and else how long it may sleep before a
     retry falls due by the clock (docs/architecture.md, "Wake, don't poll"). Along
     event_notifications_due_seq, in its order, in the window of the open notifications where the
-    table is partitioned (delivery/partitions.py)."""
+    table is partitioned (delivery/partitions.py), and short of the PARKED ones: a disabled
+    subscription's wait at the index's end, one more per event, and this look ran over all of
+    them whenever nothing was due."""
     now = now or utcnow()
     window, bounds = within(OPEN.bounds(now=now), "n.{n.notification_id}")
     rows = sql_query(
         "SELECT n.{n.next_attempt_at} FROM {n} n INNER JOIN {s} s ON (n.{n.subscription} = s.{s.subscription_id}) "
         "WHERE (n.{n.locked_until} IS NULL OR n.{n.locked_until} <= %s) "
-        f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))})" + window + " "
-        "AND s.{s.enabled} ORDER BY n.{n.next_attempt_at} LIMIT 1",
-        [now, *(state.value for state in OPEN_STATES), *bounds],
+        f"AND n.{{n.state}} IN ({', '.join(['%s'] * len(OPEN_STATES))}) AND n.{{n.next_attempt_at}} < %s"
+        + window
+        + " AND s.{s.enabled} ORDER BY n.{n.next_attempt_at} LIMIT 1",
+        [now, *(state.value for state in OPEN_STATES), PARKED, *bounds],
         n=Notification,
         s=Subscription,
     )

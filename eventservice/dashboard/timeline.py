@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from execution.models import HttpExecution
 from orchestration.admission import held_ms_of
 from orchestration.models import ServiceCall
 from outbox.models import OutboxEvent
@@ -19,7 +20,9 @@ class Step:
     measure: timedelta | float | None = None  # a duration (timedelta) or milliseconds
 
 
-def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step]:
+def call_timeline(
+    call: ServiceCall, events: Iterable[OutboxEvent], attempts: Iterable[HttpExecution] = ()
+) -> list[Step]:
     scheduled_at = next((event.created_at for event in events if event.event_type == OutboxEvent.Type.SCHEDULED), None)
     due_gap = call.due_at - call.submitted_at
     steps = [
@@ -34,7 +37,8 @@ def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step
     ]
     steps.extend(_held(call))
     if call.started_at is not None:
-        steps.append(Step("Started", call.started_at, "lateness", call.started_at - call.due_at))
+        started = _set_out(call, attempts)
+        steps.append(Step("Started", started, "lateness", started - call.due_at))
     else:
         steps.append(Step("Started", None, "not yet"))
     if call.finished_at is not None:
@@ -50,6 +54,16 @@ def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent]) -> list[Step
     else:
         steps.append(Step("Finished", None, "not yet"))
     return steps
+
+
+def _set_out(call: ServiceCall, attempts: Iterable[HttpExecution]) -> datetime:
+    """When the call's current attempt set out, once its outcome is recorded: the attempt log's
+    startedAt is then the moment the request left, while a call started ahead has its due time
+    as its own startedAt (docs/architecture.md, "Started ahead, sent on time")."""
+    current = next((attempt for attempt in attempts if attempt.attempt == call.attempts), None)
+    if current is not None and current.state == HttpExecution.State.FINISHED:
+        return current.started_at
+    return call.started_at
 
 
 def _held(call: ServiceCall) -> list[Step]:

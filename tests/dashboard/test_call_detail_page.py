@@ -1,5 +1,7 @@
 """The details page: request (redacted), response or error, timeline, attempts, events."""
 
+from datetime import timedelta
+
 from tests.support.factories import HOUR, make_call, make_failed_call, make_member, make_succeeded_call
 
 
@@ -42,10 +44,33 @@ def test_the_timeline_shows_each_step_with_lateness_and_latency(owner_client, wo
     response = owner_client.get(f"/calls/{call.pk}/")
     steps = {step.label: step for step in response.context["timeline"]}
     assert list(steps) == ["Submitted", "Scheduled", "Due", "Started", "Finished"]
-    assert steps["Started"].measure == call.started_at - call.due_at
+    [attempt] = response.context["attempts"]  # when its request set out
+    assert steps["Started"].at == attempt.started_at
+    assert steps["Started"].measure == attempt.started_at - call.due_at
     assert steps["Finished"].note == "latency" and steps["Finished"].measure == 42
     html = response.content.decode()
     assert "lateness" in html and "42 ms" in html
+
+
+def test_the_lateness_is_the_departure_of_a_call_started_ahead(owner_client, world):
+    """Started ahead, the call's startedAt is its due time; the attempt log says when the
+    request left, and the timeline reads that (also while the attempt is still out: the plan)."""
+    from execution.models import HttpExecution
+    from orchestration.models import ServiceCall
+
+    call = make_succeeded_call("acme", name="ahead")
+    ServiceCall.objects.filter(pk=call.pk).update(started_at=call.due_at)
+    departure = call.due_at + timedelta(milliseconds=30)
+    HttpExecution.objects.filter(service_call_id=call.pk).update(started_at=departure)
+    steps = {step.label: step for step in owner_client.get(f"/calls/{call.pk}/").context["timeline"]}
+    assert steps["Started"].at == departure
+    assert steps["Started"].measure == timedelta(milliseconds=30)
+
+    HttpExecution.objects.filter(service_call_id=call.pk).update(
+        state=HttpExecution.State.SENDING, finished_at=None, started_at=call.due_at - timedelta(milliseconds=60)
+    )
+    steps = {step.label: step for step in owner_client.get(f"/calls/{call.pk}/").context["timeline"]}
+    assert steps["Started"].at == call.due_at and steps["Started"].measure == timedelta(0)
 
 
 def test_a_scheduled_call_has_no_start_yet(owner_client, world):

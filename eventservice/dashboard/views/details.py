@@ -44,6 +44,7 @@ def call_detail(request: HttpRequest, service_call_id: uuid.UUID) -> HttpRespons
     call = call_for_request(request, service_call_id)
     tags = tags_of(call)
     events = list(events_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id))
+    attempts = list(attempts_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id))
     # Each event's delivery to every subscription of the tenant, all in one query.
     deliveries = deliveries_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)
     # While a retry waits, the stored outcome is the failed attempt's error, not the call's outcome.
@@ -58,10 +59,10 @@ def call_detail(request: HttpRequest, service_call_id: uuid.UUID) -> HttpRespons
         "error": outcome.get("errorMeta"),
         "last_error": last_error,
         "max_attempts": (call.retry_policy or {}).get("maxAttempts", 1),
-        "attempts": list(attempts_for_call(tenant_id=call.tenant_id, service_call_id=call.service_call_id)),
+        "attempts": attempts,
         "events": events,
         "event_rows": [(event, deliveries.get(event.event_id, [])) for event in events],
-        "timeline": call_timeline(call, events),
+        "timeline": call_timeline(call, events, attempts),
         "rerun_form": RerunForm(auto_id="rerun_%s"),
     }
     return render(request, "dashboard/call_detail.html", context)
