@@ -655,9 +655,18 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
     cpu = a.get("cpu_seconds") or {}
     idle = a.get("idle") or {}
     if idle:
-        add("agent workers' CPU while idle (% of one core)", idle["cpu_percent"], target="≤ 1", digits=2)
+        add(
+            "agent workers' CPU while idle (% of one core)",
+            idle["cpu_percent"],
+            target=verdict(idle["cpu_percent"] <= 1, "≤ 1 %"),
+            digits=2,
+        )
     if idle.get("transactions_per_second") is not None:
-        add("idle cluster: database transactions per second", idle["transactions_per_second"], target="≤ 5")
+        add(
+            "idle cluster: database transactions per second",
+            idle["transactions_per_second"],
+            target=verdict(idle["transactions_per_second"] <= 5, "≤ 5"),
+        )
         add("idle cluster: connections open", idle["connections"], digits=0)
     if a.get("lateness") or q.get("lateness") or c.get("lateness"):
         add(
@@ -735,14 +744,13 @@ def rows(results: dict) -> list[tuple[str, str, str, str, str, str]]:
         delivery = get(a, "drain", "delivery")
         if delivery:
             add("delivery: burst events × subscribers (n)", f"{delivery['events']} × {len(delivery['subscribers'])}")
+            # No verdict of its own: 2,000 calls due at one instant are no steady rate, their lag
+            # is how long the whole burst takes (the same-work rows compare that); the target of
+            # a 1 s lag is read at a steady rate, in the capacity row.
             for key, label in (("webhooks", "webhooks"), ("nats", "NATS")):
                 p50, p99 = get(delivery, key, "lag_ms", "p50"), get(delivery, key, "lag_ms", "p99")
                 measured = p99 is not None and not math.isnan(p99)
-                add(
-                    f"delivery lag p50 / p99, {label} (ms)",
-                    f"{fmt(p50)} / {fmt(p99)}" if measured else None,
-                    target=verdict(p99 <= 1000 if measured else None, "p99 ≤ 1,000 ms"),
-                )
+                add(f"delivery lag p50 / p99, {label} (ms)", f"{fmt(p50)} / {fmt(p99)}" if measured else None)
             add("deliveries per second, webhooks (/s)", get(delivery, "webhooks", "rate"), digits=0)
             missing = delivery["missing"]
             scope = "" if delivery.get("nats") else " (webhooks only)"
