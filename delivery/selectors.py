@@ -48,8 +48,9 @@ def notifications_next_due(*, now: datetime | None = None) -> datetime | None:
     retry falls due by the clock (docs/architecture.md, "Wake, don't poll"). Along
     event_notifications_due_seq, in its order, in the window of the open notifications where the
     table is partitioned (delivery/partitions.py), and short of the PARKED ones: a disabled
-    subscription's wait at the index's end, one more per event, and this look ran over all of
-    them whenever nothing was due."""
+    subscription's notifications wait at the index's end, one more per event, and this look
+    walked over all of them whenever nothing was due (bench/HISTORY.md, "The next-due look stops
+    short of the parked notifications")."""
     now = now or utcnow()
     window, bounds = within(OPEN.bounds(now=now), "n.{n.notification_id}")
     rows = sql_query(

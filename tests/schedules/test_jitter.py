@@ -31,7 +31,8 @@ def test_each_occurrences_call_is_due_by_its_own_offset_spread_over_the_window(w
     offsets = [(call.due_at - call.occurrence_at).total_seconds() for call in made]
     assert all(0 <= offset < WINDOW_MS / 1000 for offset in offsets)
     assert min(offsets) < 0.15 * WINDOW_MS / 1000 and max(offsets) > 0.85 * WINDOW_MS / 1000  # spread
-    assert len(set(offsets)) == len(offsets)  # each hour another offset
+    # Each hour its own offset; two of 48 drawn from 600,000 milliseconds meet once in 500 runs.
+    assert len(set(offsets)) >= len(offsets) - 2
     for call in made:  # the same rule wherever it is computed
         assert call.due_at == call.occurrence_at + jitter_of(schedule.pk, call.occurrence_at, WINDOW_MS)
 
