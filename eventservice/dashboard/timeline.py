@@ -20,9 +20,7 @@ class Step:
     measure: timedelta | float | None = None  # a duration (timedelta) or milliseconds
 
 
-def call_timeline(
-    call: ServiceCall, events: Iterable[OutboxEvent], attempts: Iterable[HttpExecution] = ()
-) -> list[Step]:
+def call_timeline(call: ServiceCall, events: Iterable[OutboxEvent], attempts: Iterable[HttpExecution]) -> list[Step]:
     scheduled_at = next((event.created_at for event in events if event.event_type == OutboxEvent.Type.SCHEDULED), None)
     due_gap = call.due_at - call.submitted_at
     steps = [
