@@ -26,7 +26,9 @@ from bench.common import log, summary_ms, wait_until
 
 LATENESS_P99_MS = 50.0
 DELIVERY_P99_MS = 1000.0
-RATES = (50, 100, 200, 400, 800, 1600)
+# Steps no wider than the capacity target's ratio (CAPACITY_RATIO) above 100 calls/s: with rates
+# doubling, a system that holds 399 calls/s reads 200, and two systems a third apart read the same.
+RATES = (50, 100, 150, 200, 300, 400, 600, 800, 1200, 1600)
 QUICK_RATES = (20, 40)
 # Calls submitted or tasks queued per measured batch, to plan the first due time after the last.
 PLAN_SAMPLE = 200
